@@ -1,0 +1,35 @@
+"""The Triton backend: one module per kernel family, imported when first used.
+
+``supports(op, facts)`` answers from static facts only; each family module exposes the out-form
+functions of ``torch_paged_attn.lowering`` and its own ``supports``. Launches go through
+``torch.library.wrap_triton`` so that, under torch.compile, Inductor sees and launches the
+kernels itself (inside CUDA graphs, and compiled into AOTInductor packages).
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+# op -> kernel family module
+_FAMILIES: dict[str, str] = {}
+
+
+def _family(op: str) -> ModuleType:
+    return importlib.import_module(f"{__name__}.{_FAMILIES[op]}")
+
+
+def supports(op: str, facts: dict) -> str | None:
+    if op not in _FAMILIES:
+        return f"no Triton kernel for {op}"
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return "triton is not installed"
+    return _family(op).supports(op, facts)
+
+
+def __getattr__(name: str):
+    if name in _FAMILIES:
+        return getattr(_family(name), name)
+    raise AttributeError(name)

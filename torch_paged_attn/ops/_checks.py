@@ -1,0 +1,164 @@
+"""Input validation shared by every op, on the fake path and the real one alike.
+
+Checks read shapes, dtypes, strides and devices only (DESIGN rules 1 and 3), so they cost no
+host synchronisation and run under torch.compile. Value checks (block ids, slots, lengths) read
+tensor contents and therefore synchronise: they run only when ``TORCH_PAGED_ATTN_DEBUG=1`` is set
+and the call is concrete (not traced with fake tensors).
+
+Every failure raises ``TypeError`` (wrong type or dtype) or ``ValueError`` (wrong shape, device,
+layout or value) with a message ``"<op>: <argument>: expected <what>, got <what>"``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+CACHE_DTYPES = FLOAT_DTYPES + FP8_DTYPES
+INDEX_DTYPES = (torch.int32,)
+SLOT_DTYPES = (torch.int64, torch.int32)
+
+
+def _dtype_names(dtypes: Sequence[torch.dtype]) -> str:
+    return " or ".join(str(d).replace("torch.", "") for d in dtypes)
+
+
+def _shape(t: Tensor) -> str:
+    return "[" + ", ".join(str(s) for s in t.shape) + "]"
+
+
+class Checker:
+    """Validation helpers bound to one op's name and one device (the first tensor's)."""
+
+    def __init__(self, op: str, device: torch.device):
+        self.op = op
+        self.device = device
+
+    def fail(self, arg: str, expected: str, got: str, cls: type[Exception] = ValueError):
+        raise cls(f"{self.op}: {arg}: expected {expected}, got {got}")
+
+    def tensor(
+        self,
+        arg: str,
+        t: object,
+        *,
+        dim: int | None = None,
+        dtypes: Sequence[torch.dtype] | None = None,
+        shape: Sequence[int | None] | None = None,
+        last_contiguous: bool = True,
+    ) -> Tensor:
+        """Check one tensor argument; ``None`` in ``shape`` means any size in that dimension."""
+        if not isinstance(t, Tensor):
+            self.fail(arg, "a torch.Tensor", type(t).__name__, TypeError)
+        if dtypes is not None and t.dtype not in dtypes:
+            self.fail(arg, f"dtype {_dtype_names(dtypes)}", str(t.dtype), TypeError)
+        if shape is not None:
+            dim = len(shape)
+        if dim is not None and t.dim() != dim:
+            self.fail(arg, f"a {dim}-D tensor", f"shape {_shape(t)}")
+        if shape is not None and any(e is not None and s != e for s, e in zip(t.shape, shape)):
+            want = "[" + ", ".join("*" if e is None else str(e) for e in shape) + "]"
+            self.fail(arg, f"shape {want}", f"shape {_shape(t)}")
+        if t.device != self.device:
+            self.fail(arg, f"a tensor on {self.device} (the device of the first argument)", str(t.device))
+        if last_contiguous and t.dim() > 0 and t.shape[-1] > 1 and t.stride(-1) != 1:
+            self.fail(arg, "a contiguous last dimension (stride 1)", f"strides {tuple(t.stride())}")
+        return t
+
+    def scale(self, arg: str, t: object, cache_arg: str, cache_dtype: torch.dtype) -> None:
+        """A per-tensor fp8 scale: float32, one element; required for fp8 caches, else ignored."""
+        if cache_dtype not in FP8_DTYPES:
+            return
+        if t is None:
+            self.fail(arg, f"a float32 scale tensor because {cache_arg} is {cache_dtype}", "None", TypeError)
+        self.tensor(arg, t, dtypes=(torch.float32,), last_contiguous=False)
+        if t.dim() > 1 or t.numel() != 1:
+            self.fail(arg, "one element, shape [] or [1]", f"shape {_shape(t)}")
+
+    def multiple(self, arg: str, value: int, of: int, lo: int, hi: int) -> None:
+        if value % of != 0 or value < lo or value > hi:
+            self.fail(arg, f"a multiple of {of} in [{lo}, {hi}]", str(value))
+
+    def at_least(self, arg: str, value: float, lo: float) -> None:
+        if not value >= lo:
+            self.fail(arg, f">= {lo}", str(value))
+
+    def same_dtype(self, arg: str, t: Tensor, other_arg: str, other: Tensor) -> None:
+        if t.dtype != other.dtype:
+            self.fail(arg, f"the dtype of {other_arg} ({other.dtype})", str(t.dtype), TypeError)
+
+    def cache_dtype(self, arg: str, cache: Tensor, data_arg: str, data: Tensor) -> None:
+        """A bf16/fp16/fp32 cache holds the data's dtype; an fp8 cache holds any of them."""
+        if cache.dtype not in FP8_DTYPES and cache.dtype != data.dtype:
+            self.fail(
+                arg, f"{data.dtype} (the dtype of {data_arg}) or an fp8 dtype", str(cache.dtype), TypeError
+            )
+
+    # -- value checks, TORCH_PAGED_ATTN_DEBUG=1 only --
+
+    def value(self, ok: Tensor, arg: str, expected: str) -> None:
+        """Fail unless every element of the boolean tensor ``ok`` holds (synchronises)."""
+        if not bool(ok.all()):
+            bad = (~ok).nonzero()[0].tolist()
+            self.fail(arg, expected, f"a violation at index {bad}")
+
+
+def debug_checks_enabled(*tensors: Tensor) -> bool:
+    """True when ``TORCH_PAGED_ATTN_DEBUG=1`` and the call runs on real tensors (not traced)."""
+    if os.environ.get("TORCH_PAGED_ATTN_DEBUG", "0") in ("", "0"):
+        return False
+    if torch.compiler.is_compiling():
+        return False
+    from torch._subclasses.fake_tensor import is_fake
+    from torch._subclasses.functional_tensor import FunctionalTensor
+
+    return not any(is_fake(t) or isinstance(t, FunctionalTensor) for t in tensors)
+
+
+def check_batch(
+    c: Checker,
+    block_table: Tensor,
+    seq_lens: Tensor,
+    query_start_loc: Tensor,
+) -> tuple[int, int]:
+    """The batch description shared by the attention ops; returns (num_seqs, max_blocks)."""
+    c.tensor("block_table", block_table, dim=2, dtypes=INDEX_DTYPES, last_contiguous=False)
+    num_seqs, max_blocks = block_table.shape
+    c.tensor("seq_lens", seq_lens, shape=(num_seqs,), dtypes=INDEX_DTYPES, last_contiguous=False)
+    c.tensor(
+        "query_start_loc",
+        query_start_loc,
+        shape=(num_seqs + 1,),
+        dtypes=INDEX_DTYPES,
+        last_contiguous=False,
+    )
+    return num_seqs, max_blocks
+
+
+def debug_check_batch(
+    c: Checker,
+    block_table: Tensor,
+    seq_lens: Tensor,
+    query_start_loc: Tensor,
+    num_tokens: int,
+    num_blocks: int,
+    block_size: int,
+) -> None:
+    """Value checks of the batch description (TORCH_PAGED_ATTN_DEBUG=1)."""
+    max_blocks = block_table.shape[1]
+    qsl = query_start_loc.long()
+    lens = seq_lens.long()
+    c.value(qsl[:1] == 0, "query_start_loc", "query_start_loc[0] == 0")
+    c.value(qsl[1:] >= qsl[:-1], "query_start_loc", "non-decreasing values")
+    c.value(qsl[-1:] <= num_tokens, "query_start_loc", f"query_start_loc[-1] <= num_tokens ({num_tokens})")
+    c.value(lens >= 0, "seq_lens", "non-negative lengths")
+    capacity = max_blocks * block_size
+    c.value(lens <= capacity, "seq_lens", f"lengths <= block_table capacity {max_blocks} x {block_size} = {capacity}")
+    used = torch.arange(max_blocks, device=lens.device)[None, :] < ((lens + block_size - 1) // block_size)[:, None]
+    ids = block_table.long()
+    c.value(~used | ((ids >= 0) & (ids < num_blocks)), "block_table", f"block ids in [0, {num_blocks}) in the used part")

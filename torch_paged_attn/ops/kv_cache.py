@@ -1,0 +1,245 @@
+"""KV-cache ops: ``paged_attn::reshape_and_cache``, ``paged_attn::concat_and_cache_mla`` and
+``paged_attn::gather_cache``. The first two write new tokens into the cache through a slot mapping;
+the third reads cached tokens back out, dequantised."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch.library import triton_op
+
+from .. import lowering
+from ._checks import (
+    CACHE_DTYPES,
+    FLOAT_DTYPES,
+    INDEX_DTYPES,
+    SLOT_DTYPES,
+    Checker,
+    debug_checks_enabled,
+)
+from ._library import mutated, qualname
+
+
+def _check_slots(c: Checker, slot_mapping: Tensor, num_rows: int, num_slots: int, rows_arg: str) -> None:
+    c.tensor("slot_mapping", slot_mapping, dim=1, dtypes=SLOT_DTYPES, last_contiguous=False)
+    if slot_mapping.shape[0] > num_rows:
+        c.fail(
+            "slot_mapping",
+            f"at most {num_rows} entries (the rows of {rows_arg})",
+            f"{slot_mapping.shape[0]} entries",
+        )
+    if debug_checks_enabled(slot_mapping):
+        c.value(slot_mapping.long() < num_slots, "slot_mapping", f"slots < num_blocks * block_size = {num_slots}")
+
+
+# -- reshape_and_cache ------------------------------------------------------------------------
+
+
+@triton_op(qualname("reshape_and_cache"), mutates_args=mutated("reshape_and_cache"))
+def _reshape_and_cache(
+    key: Tensor,
+    value: Tensor,
+    key_cache: Tensor,
+    value_cache: Tensor,
+    slot_mapping: Tensor,
+    k_scale: Tensor | None = None,
+    v_scale: Tensor | None = None,
+) -> None:
+    op = "reshape_and_cache"
+    if not isinstance(key, Tensor):
+        raise TypeError(f"{op}: key: expected a torch.Tensor, got {type(key).__name__}")
+    c = Checker(op, key.device)
+    c.tensor("key", key, dim=3, dtypes=FLOAT_DTYPES)
+    num_rows, num_kv_heads, head_size = key.shape
+    c.tensor("value", value, dim=3, dtypes=(key.dtype,))
+    if tuple(value.shape[:2]) != (num_rows, num_kv_heads):
+        c.fail("value", f"shape [{num_rows}, {num_kv_heads}, *] (key's tokens and heads)", f"shape {list(value.shape)}")
+    c.tensor("key_cache", key_cache, dim=4, dtypes=CACHE_DTYPES)
+    num_blocks, block_size = key_cache.shape[:2]
+    c.tensor("value_cache", value_cache, dim=4, dtypes=(key_cache.dtype,))
+    c.cache_dtype("key_cache", key_cache, "key", key)
+    want_k = (num_blocks, block_size, num_kv_heads, head_size)
+    if tuple(key_cache.shape) != want_k:
+        c.fail("key_cache", f"shape [NB, BS, {num_kv_heads}, {head_size}] (key's heads and head size)", f"shape {list(key_cache.shape)}")
+    want_v = (num_blocks, block_size, num_kv_heads, value.shape[2])
+    if tuple(value_cache.shape) != want_v:
+        c.fail("value_cache", f"shape {list(want_v)}", f"shape {list(value_cache.shape)}")
+    c.scale("k_scale", k_scale, "key_cache", key_cache.dtype)
+    c.scale("v_scale", v_scale, "value_cache", value_cache.dtype)
+    _check_slots(c, slot_mapping, num_rows, num_blocks * block_size, "key")
+    facts = {"device": key.device.type, "dtype": key.dtype, "cache_dtype": key_cache.dtype}
+    backend = lowering.select("reshape_and_cache", facts)
+    backend.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
+
+
+def reshape_and_cache(
+    key: Tensor,
+    value: Tensor,
+    key_cache: Tensor,
+    value_cache: Tensor,
+    slot_mapping: Tensor,
+    k_scale: Tensor | None = None,
+    v_scale: Tensor | None = None,
+) -> None:
+    """Write new tokens' keys and values into a paged cache, in place.
+
+    ``key_cache[s // BS, s % BS] = key[t]`` (and likewise for values) with ``s = slot_mapping[t]``;
+    fp8 caches store ``saturate(x / scale)``, rounded to nearest even.
+
+    Args:
+        key: ``[T, Hkv, D]``, value: ``[T, Hkv, Dv]``, bf16/fp16/fp32 (same dtype). Rows past
+            ``len(slot_mapping)`` are padding and are not read.
+        key_cache, value_cache: ``[NB, BS, Hkv, D]`` / ``[NB, BS, Hkv, Dv]``, the key's dtype or fp8;
+            any strides with a contiguous last dimension.
+        slot_mapping: ``[T']`` int64 (or int32), ``T' <= T``; a negative slot skips the token.
+        k_scale, v_scale: float32, one element, required for fp8 caches.
+
+    Example::
+
+        >>> import torch, torch_paged_attn as pa
+        >>> kc, vc = torch.zeros(4, 16, 2, 64), torch.zeros(4, 16, 2, 64)
+        >>> k, v = torch.randn(3, 2, 64), torch.randn(3, 2, 64)
+        >>> pa.reshape_and_cache(k, v, kc, vc, torch.tensor([17, -1, 5]))
+        >>> torch.equal(kc[1, 1], k[0]) and torch.equal(vc[0, 5], v[2])
+        True
+    """
+    torch.ops.paged_attn.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
+
+
+# -- concat_and_cache_mla ---------------------------------------------------------------------
+
+
+@triton_op(qualname("concat_and_cache_mla"), mutates_args=mutated("concat_and_cache_mla"))
+def _concat_and_cache_mla(
+    kv_c: Tensor,
+    k_pe: Tensor,
+    kv_cache: Tensor,
+    slot_mapping: Tensor,
+    scale: Tensor | None = None,
+) -> None:
+    op = "concat_and_cache_mla"
+    if not isinstance(kv_c, Tensor):
+        raise TypeError(f"{op}: kv_c: expected a torch.Tensor, got {type(kv_c).__name__}")
+    c = Checker(op, kv_c.device)
+    c.tensor("kv_c", kv_c, dim=2, dtypes=FLOAT_DTYPES)
+    num_rows, latent = kv_c.shape
+    c.tensor("k_pe", k_pe, dim=2, dtypes=(kv_c.dtype,))
+    if k_pe.shape[0] != num_rows:
+        c.fail("k_pe", f"{num_rows} rows (kv_c's rows)", f"shape {list(k_pe.shape)}")
+    c.tensor("kv_cache", kv_cache, dim=3, dtypes=CACHE_DTYPES)
+    c.cache_dtype("kv_cache", kv_cache, "kv_c", kv_c)
+    num_blocks, block_size, width = kv_cache.shape
+    if width != latent + k_pe.shape[1]:
+        c.fail("kv_cache", f"row width {latent + k_pe.shape[1]} (kv_c + k_pe)", str(width))
+    c.scale("scale", scale, "kv_cache", kv_cache.dtype)
+    _check_slots(c, slot_mapping, num_rows, num_blocks * block_size, "kv_c")
+    facts = {"device": kv_c.device.type, "dtype": kv_c.dtype, "cache_dtype": kv_cache.dtype}
+    backend = lowering.select("concat_and_cache_mla", facts)
+    backend.concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, scale)
+
+
+def concat_and_cache_mla(
+    kv_c: Tensor,
+    k_pe: Tensor,
+    kv_cache: Tensor,
+    slot_mapping: Tensor,
+    scale: Tensor | None = None,
+) -> None:
+    """Write new tokens' MLA latent and rope parts into a paged latent cache, in place:
+    ``kv_cache[s // BS, s % BS] = [kv_c[t] | k_pe[t]]`` with ``s = slot_mapping[t]``.
+
+    Args:
+        kv_c: ``[T, L]``, k_pe: ``[T, R]``, bf16/fp16/fp32 (same dtype); rows past
+            ``len(slot_mapping)`` are padding.
+        kv_cache: ``[NB, BS, L + R]``, kv_c's dtype or fp8 (stored ``saturate(x / scale)``).
+        slot_mapping: ``[T']`` int64 (or int32), ``T' <= T``; negative slots are skipped.
+        scale: float32, one element, required for an fp8 cache.
+
+    Example::
+
+        >>> import torch, torch_paged_attn as pa
+        >>> cache = torch.zeros(2, 16, 512 + 64)
+        >>> c, pe = torch.randn(1, 512), torch.randn(1, 64)
+        >>> pa.concat_and_cache_mla(c, pe, cache, torch.tensor([18]))
+        >>> torch.equal(cache[1, 2], torch.cat([c[0], pe[0]]))
+        True
+    """
+    torch.ops.paged_attn.concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, scale)
+
+
+# -- gather_cache -----------------------------------------------------------------------------
+
+
+@triton_op(qualname("gather_cache"), mutates_args=mutated("gather_cache"))
+def _gather_cache(
+    kv_cache: Tensor,
+    block_table: Tensor,
+    cu_seq_lens: Tensor,
+    seq_starts: Tensor | None,
+    out: Tensor,
+    scale: Tensor | None = None,
+) -> None:
+    op = "gather_cache"
+    if not isinstance(kv_cache, Tensor):
+        raise TypeError(f"{op}: kv_cache: expected a torch.Tensor, got {type(kv_cache).__name__}")
+    c = Checker(op, kv_cache.device)
+    c.tensor("kv_cache", kv_cache, dtypes=CACHE_DTYPES)
+    if kv_cache.dim() not in (3, 4):
+        c.fail("kv_cache", "a 3-D [NB, BS, W] or 4-D [NB, BS, H, D] tensor", f"shape {list(kv_cache.shape)}")
+    c.tensor("block_table", block_table, dim=2, dtypes=INDEX_DTYPES, last_contiguous=False)
+    num_seqs = block_table.shape[0]
+    c.tensor("cu_seq_lens", cu_seq_lens, shape=(num_seqs + 1,), dtypes=INDEX_DTYPES, last_contiguous=False)
+    if seq_starts is not None:
+        c.tensor("seq_starts", seq_starts, shape=(num_seqs,), dtypes=INDEX_DTYPES, last_contiguous=False)
+    c.tensor("out", out, shape=(None,) + tuple(kv_cache.shape[2:]), dtypes=FLOAT_DTYPES)
+    if kv_cache.dtype not in (torch.float8_e4m3fn, torch.float8_e5m2) and scale is not None:
+        scale = None  # ignored for bf16/fp16/fp32 caches
+    c.scale("scale", scale, "kv_cache", kv_cache.dtype)
+    if debug_checks_enabled(kv_cache, block_table, cu_seq_lens):
+        cu = cu_seq_lens.long()
+        c.value(cu[:1] == 0, "cu_seq_lens", "cu_seq_lens[0] == 0")
+        c.value(cu[1:] >= cu[:-1], "cu_seq_lens", "non-decreasing values")
+        c.value(cu[-1:] <= out.shape[0], "cu_seq_lens", f"cu_seq_lens[-1] <= rows of out ({out.shape[0]})")
+        starts = seq_starts.long() if seq_starts is not None else torch.zeros_like(cu[1:])
+        capacity = block_table.shape[1] * kv_cache.shape[1]
+        c.value(starts >= 0, "seq_starts", "non-negative starts")
+        c.value(starts + cu[1:] - cu[:-1] <= capacity, "seq_starts", f"start + length <= block_table capacity {capacity}")
+    facts = {"device": kv_cache.device.type, "dtype": out.dtype, "cache_dtype": kv_cache.dtype}
+    backend = lowering.select("gather_cache", facts)
+    backend.gather_cache(kv_cache, block_table, cu_seq_lens, seq_starts, out, scale)
+
+
+def gather_cache(
+    kv_cache: Tensor,
+    block_table: Tensor,
+    cu_seq_lens: Tensor,
+    out: Tensor,
+    seq_starts: Tensor | None = None,
+    scale: Tensor | None = None,
+) -> None:
+    """Copy cached tokens of several sequences into one contiguous, dequantised buffer.
+
+    Row ``cu_seq_lens[i] + r`` of ``out`` receives token ``seq_starts[i] + r`` of sequence ``i``
+    (``r < cu_seq_lens[i+1] - cu_seq_lens[i]``); rows past ``cu_seq_lens[-1]`` are left untouched.
+    Used for MLA chunked-prefill context and context parallelism.
+
+    Args:
+        kv_cache: ``[NB, BS, W]`` or ``[NB, BS, H, D]``, bf16/fp16/fp32 or fp8.
+        block_table: ``[B, MB]`` int32.
+        cu_seq_lens: ``[B + 1]`` int32, cumulative numbers of tokens to gather.
+        out: ``[N, W]`` or ``[N, H, D]``, bf16/fp16/fp32, ``N >= cu_seq_lens[-1]``.
+        seq_starts: ``[B]`` int32, first token gathered of each sequence (None: 0).
+        scale: float32, one element, required for an fp8 cache.
+
+    Example::
+
+        >>> import torch, torch_paged_attn as pa
+        >>> cache = torch.randn(4, 16, 8)
+        >>> out = torch.zeros(5, 8)
+        >>> pa.gather_cache(cache, torch.tensor([[3, 1]], dtype=torch.int32),
+        ...                 torch.tensor([0, 5], dtype=torch.int32), out,
+        ...                 seq_starts=torch.tensor([14], dtype=torch.int32))
+        >>> torch.equal(out[2], cache[1, 0])
+        True
+    """
+    torch.ops.paged_attn.gather_cache(kv_cache, block_table, cu_seq_lens, seq_starts, out, scale)

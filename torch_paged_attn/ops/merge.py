@@ -1,0 +1,107 @@
+"""``paged_attn::merge_attn_states`` and ``paged_attn::merge_attn_states_out``."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch.library import triton_op
+
+from .. import lowering
+from ._checks import FLOAT_DTYPES, Checker
+from ._library import mutated, qualname
+
+
+def _check_merge(
+    op: str, prefix_out: Tensor, prefix_lse: Tensor, suffix_out: Tensor, suffix_lse: Tensor
+) -> Checker:
+    if not isinstance(prefix_out, Tensor):
+        raise TypeError(f"{op}: prefix_out: expected a torch.Tensor, got {type(prefix_out).__name__}")
+    c = Checker(op, prefix_out.device)
+    c.tensor("prefix_out", prefix_out, dim=3, dtypes=FLOAT_DTYPES)
+    num_tokens, num_heads, head_size = prefix_out.shape
+    c.tensor("suffix_out", suffix_out, shape=tuple(prefix_out.shape), dtypes=(prefix_out.dtype,))
+    for arg, t in (("prefix_lse", prefix_lse), ("suffix_lse", suffix_lse)):
+        c.tensor(arg, t, shape=(num_tokens, num_heads), dtypes=(torch.float32,), last_contiguous=False)
+    return c
+
+
+def _facts(prefix_out: Tensor, lse: Tensor | None) -> dict:
+    return {
+        "device": prefix_out.device.type,
+        "dtype": prefix_out.dtype,
+        "head_size": prefix_out.shape[2],
+        "lse": lse is not None,
+    }
+
+
+@triton_op(qualname("merge_attn_states"), mutates_args=mutated("merge_attn_states"))
+def _merge_attn_states(
+    prefix_out: Tensor, prefix_lse: Tensor, suffix_out: Tensor, suffix_lse: Tensor
+) -> tuple[Tensor, Tensor]:
+    _check_merge("merge_attn_states", prefix_out, prefix_lse, suffix_out, suffix_lse)
+    out = prefix_out.new_empty(prefix_out.shape)
+    lse = prefix_lse.new_empty(prefix_lse.shape)
+    backend = lowering.select("merge_attn_states", _facts(prefix_out, lse))
+    backend.merge_attn_states(prefix_out, prefix_lse, suffix_out, suffix_lse, out, lse)
+    return out, lse
+
+
+@triton_op(qualname("merge_attn_states_out"), mutates_args=mutated("merge_attn_states_out"))
+def _merge_attn_states_out(
+    prefix_out: Tensor,
+    prefix_lse: Tensor,
+    suffix_out: Tensor,
+    suffix_lse: Tensor,
+    out: Tensor,
+    lse: Tensor | None = None,
+) -> None:
+    c = _check_merge("merge_attn_states_out", prefix_out, prefix_lse, suffix_out, suffix_lse)
+    c.tensor("out", out, shape=tuple(prefix_out.shape), dtypes=(prefix_out.dtype,))
+    if lse is not None:
+        c.tensor("lse", lse, shape=tuple(prefix_lse.shape), dtypes=(torch.float32,), last_contiguous=False)
+    backend = lowering.select("merge_attn_states", _facts(prefix_out, lse))
+    backend.merge_attn_states(prefix_out, prefix_lse, suffix_out, suffix_lse, out, lse)
+
+
+def merge_attn_states(
+    prefix_out: Tensor, prefix_lse: Tensor, suffix_out: Tensor, suffix_lse: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Combine two attention results over disjoint key sets into the result over their union.
+
+    With ``m = max(lse_p, lse_s)``::
+
+        lse = m + log(exp(lse_p - m) + exp(lse_s - m))
+        out = exp(lse_p - lse) * out_p + exp(lse_s - lse) * out_s
+
+    An LSE of ``-inf`` or ``+inf`` marks an empty part, whose output is ignored (it may hold
+    anything); both empty gives 0 and ``-inf``.
+
+    Args:
+        prefix_out, suffix_out: ``[T, H, D]`` bf16/fp16/fp32, same shape and dtype.
+        prefix_lse, suffix_lse: ``[T, H]`` float32, natural log.
+
+    Returns:
+        ``(out [T, H, D]`` in the inputs' dtype, ``lse [T, H]`` float32``)``.
+
+    Example::
+
+        >>> import torch, torch_paged_attn as pa
+        >>> o1, o2 = torch.randn(3, 2, 32), torch.randn(3, 2, 32)
+        >>> l1, l2 = torch.randn(3, 2), torch.full((3, 2), float("-inf"))
+        >>> out, lse = pa.merge_attn_states(o1, l1, o2, l2)
+        >>> torch.allclose(out, o1) and torch.equal(lse, l1)
+        True
+    """
+    return torch.ops.paged_attn.merge_attn_states(prefix_out, prefix_lse, suffix_out, suffix_lse)
+
+
+def merge_attn_states_out(
+    prefix_out: Tensor,
+    prefix_lse: Tensor,
+    suffix_out: Tensor,
+    suffix_lse: Tensor,
+    out: Tensor,
+    lse: Tensor | None = None,
+) -> None:
+    """:func:`merge_attn_states` writing into ``out [T, H, D]`` and, when given, ``lse [T, H]``."""
+    torch.ops.paged_attn.merge_attn_states_out(prefix_out, prefix_lse, suffix_out, suffix_lse, out, lse)

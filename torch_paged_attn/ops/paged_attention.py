@@ -1,0 +1,365 @@
+"""``paged_attn::paged_attention`` and ``paged_attn::paged_attention_out``: declaration, checks,
+and the public Python functions."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+from torch.library import triton_op
+
+from .. import lowering
+from ._checks import (
+    CACHE_DTYPES,
+    FLOAT_DTYPES,
+    Checker,
+    check_batch,
+    debug_check_batch,
+    debug_checks_enabled,
+)
+from ._library import mutated, qualname
+
+
+def _check_paged_attention(
+    op: str,
+    query: Tensor,
+    key_cache: Tensor,
+    value_cache: Tensor,
+    block_table: Tensor,
+    seq_lens: Tensor,
+    query_start_loc: Tensor,
+    options: dict,
+) -> Checker:
+    """Shapes, dtypes and devices of one paged attention call (no tensor values are read)."""
+    if not isinstance(query, Tensor):
+        raise TypeError(f"{op}: query: expected a torch.Tensor, got {type(query).__name__}")
+    c = Checker(op, query.device)
+    c.tensor("query", query, dim=3, dtypes=FLOAT_DTYPES)
+    num_tokens, num_heads, head_size = query.shape
+    c.tensor("key_cache", key_cache, dim=4, dtypes=CACHE_DTYPES)
+    num_blocks, block_size, num_kv_heads, key_head_size = key_cache.shape
+    c.tensor("value_cache", value_cache, dim=4, dtypes=CACHE_DTYPES)
+    c.same_dtype("value_cache", value_cache, "key_cache", key_cache)
+    c.cache_dtype("key_cache", key_cache, "query", query)
+    if tuple(value_cache.shape[:3]) != (num_blocks, block_size, num_kv_heads):
+        c.fail(
+            "value_cache",
+            f"shape [{num_blocks}, {block_size}, {num_kv_heads}, *] (key_cache's first three dimensions)",
+            f"shape {list(value_cache.shape)}",
+        )
+    if key_head_size != head_size:
+        c.fail("key_cache", f"head size {head_size} (query's last dimension)", f"head size {key_head_size}")
+    c.multiple("query head_size", head_size, 8, 8, 256)
+    c.multiple("value_cache head_size", value_cache.shape[3], 8, 8, 256)
+    c.multiple("key_cache block_size", block_size, 8, 8, 4096)
+    if num_kv_heads < 1 or num_heads % num_kv_heads != 0:
+        c.fail(
+            "key_cache",
+            f"a number of kv heads that divides the {num_heads} query heads",
+            f"{num_kv_heads} kv heads",
+        )
+    check_batch(c, block_table, seq_lens, query_start_loc)
+    if options["alibi_slopes"] is not None:
+        c.tensor("alibi_slopes", options["alibi_slopes"], shape=(num_heads,), dtypes=(torch.float32,))
+    if options["sinks"] is not None:
+        c.tensor("sinks", options["sinks"], shape=(num_heads,), dtypes=FLOAT_DTYPES)
+    c.scale("k_scale", options["k_scale"], "key_cache", key_cache.dtype)
+    c.scale("v_scale", options["v_scale"], "value_cache", value_cache.dtype)
+    for arg, lowest in (
+        ("window_left", -1),
+        ("window_right", -1),
+        ("softcap", 0.0),
+        ("attention_chunk_size", 0),
+        ("max_query_len", -1),
+    ):
+        c.at_least(arg, options[arg], lowest)
+    if not math.isfinite(options["scale"]):
+        c.fail("scale", "a finite float", str(options["scale"]))
+    if debug_checks_enabled(query, block_table, seq_lens, query_start_loc):
+        debug_check_batch(
+            c, block_table, seq_lens, query_start_loc, num_tokens, num_blocks, block_size
+        )
+    return c
+
+
+def _run(
+    op: str,
+    query: Tensor,
+    key_cache: Tensor,
+    value_cache: Tensor,
+    block_table: Tensor,
+    seq_lens: Tensor,
+    query_start_loc: Tensor,
+    out: Tensor,
+    lse: Tensor | None,
+    options: dict,
+) -> None:
+    facts = {
+        "device": query.device.type,
+        "dtype": query.dtype,
+        "cache_dtype": key_cache.dtype,
+        "head_size": query.shape[2],
+        "head_size_v": value_cache.shape[3],
+        "block_size": key_cache.shape[1],
+        "num_heads": query.shape[1],
+        "num_kv_heads": key_cache.shape[2],
+        **{k: v for k, v in options.items() if not isinstance(v, Tensor)},
+        "alibi": options["alibi_slopes"] is not None,
+        "sinks": options["sinks"] is not None,
+        "lse": lse is not None,
+    }
+    backend = lowering.select(op, facts)
+    backend.paged_attention(
+        query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, lse, **options
+    )
+
+
+@triton_op(qualname("paged_attention"), mutates_args=mutated("paged_attention"))
+def _paged_attention(
+    query: Tensor,
+    key_cache: Tensor,
+    value_cache: Tensor,
+    block_table: Tensor,
+    seq_lens: Tensor,
+    query_start_loc: Tensor,
+    scale: float,
+    causal: bool = True,
+    window_left: int = -1,
+    window_right: int = -1,
+    softcap: float = 0.0,
+    alibi_slopes: Tensor | None = None,
+    sinks: Tensor | None = None,
+    k_scale: Tensor | None = None,
+    v_scale: Tensor | None = None,
+    attention_chunk_size: int = 0,
+    max_query_len: int = -1,
+    return_lse: bool = False,
+) -> tuple[Tensor, Tensor]:
+    options = dict(
+        scale=scale,
+        causal=causal,
+        window_left=window_left,
+        window_right=window_right,
+        softcap=softcap,
+        alibi_slopes=alibi_slopes,
+        sinks=sinks,
+        k_scale=k_scale,
+        v_scale=v_scale,
+        attention_chunk_size=attention_chunk_size,
+        max_query_len=max_query_len,
+    )
+    tensors = (query, key_cache, value_cache, block_table, seq_lens, query_start_loc)
+    _check_paged_attention("paged_attention", *tensors, options)
+    num_tokens, num_heads, _ = query.shape
+    out = query.new_empty(num_tokens, num_heads, value_cache.shape[3])
+    lse_shape = (num_tokens, num_heads) if return_lse else (0,)
+    lse = query.new_empty(lse_shape, dtype=torch.float32)
+    _run("paged_attention", *tensors, out, lse if return_lse else None, options)
+    return out, lse
+
+
+@triton_op(qualname("paged_attention_out"), mutates_args=mutated("paged_attention_out"))
+def _paged_attention_out(
+    query: Tensor,
+    key_cache: Tensor,
+    value_cache: Tensor,
+    block_table: Tensor,
+    seq_lens: Tensor,
+    query_start_loc: Tensor,
+    out: Tensor,
+    lse: Tensor | None,
+    scale: float,
+    causal: bool = True,
+    window_left: int = -1,
+    window_right: int = -1,
+    softcap: float = 0.0,
+    alibi_slopes: Tensor | None = None,
+    sinks: Tensor | None = None,
+    k_scale: Tensor | None = None,
+    v_scale: Tensor | None = None,
+    attention_chunk_size: int = 0,
+    max_query_len: int = -1,
+) -> None:
+    options = dict(
+        scale=scale,
+        causal=causal,
+        window_left=window_left,
+        window_right=window_right,
+        softcap=softcap,
+        alibi_slopes=alibi_slopes,
+        sinks=sinks,
+        k_scale=k_scale,
+        v_scale=v_scale,
+        attention_chunk_size=attention_chunk_size,
+        max_query_len=max_query_len,
+    )
+    tensors = (query, key_cache, value_cache, block_table, seq_lens, query_start_loc)
+    c = _check_paged_attention("paged_attention_out", *tensors, options)
+    num_tokens, num_heads, _ = query.shape
+    c.tensor("out", out, shape=(num_tokens, num_heads, value_cache.shape[3]), dtypes=(query.dtype,))
+    if lse is not None:
+        c.tensor("lse", lse, shape=(num_tokens, num_heads), dtypes=(torch.float32,), last_contiguous=False)
+    _run("paged_attention_out", *tensors, out, lse, options)
+
+
+def _default_scale(query: Tensor, scale: float | None) -> float:
+    return 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+
+
+_ARGS_DOC = """
+    Shapes: ``T`` query tokens, ``B`` sequences, ``Hq``/``Hkv`` query/kv heads, ``D``/``Dv`` key/value
+    head sizes, ``NB`` cache blocks, ``BS`` block size, ``MB`` blocks per sequence in the table.
+
+    Args:
+        query: ``[T, Hq, D]`` bf16/fp16/fp32; the tokens of all sequences, one after another. May be a
+            strided view whose last dimension is contiguous.
+        key_cache: ``[NB, BS, Hkv, D]``, the query's dtype or fp8 (e4m3fn/e5m2). ``BS`` a multiple of 8.
+            Any strides with a contiguous last dimension (a slice of a cross-layer cache, an HND view).
+        value_cache: ``[NB, BS, Hkv, Dv]``, the dtype of ``key_cache``.
+        block_table: ``[B, MB]`` int32; entry ``[i, k]`` is the cache block holding keys
+            ``k*BS .. k*BS+BS-1`` of sequence ``i``. Entries past ``cdiv(seq_lens[i], BS)`` are never read.
+        seq_lens: ``[B]`` int32, keys visible to each sequence (its context plus its new tokens).
+        query_start_loc: ``[B + 1]`` int32, cumulative query lengths. Rows past ``query_start_loc[-1]``
+            are padding: output 0, lse -inf.
+        scale: score scale; ``None`` means ``1/sqrt(D)``.
+        causal: mask keys after each token's position (bottom-right aligned, see below).
+        window_left, window_right: sliding window; ``-1`` is unbounded. A token at position ``p`` sees
+            keys ``p - window_left .. p + window_right``. A window of ``w`` tokens is ``(w - 1, 0)``.
+        softcap: ``> 0`` caps scores as ``softcap * tanh(s / softcap)``.
+        alibi_slopes: ``[Hq]`` float32; adds ``slope[h] * (j - p)`` to the score of key ``j``.
+        sinks: ``[Hq]``; a logit per head added to the softmax denominator only (not scaled).
+        k_scale, v_scale: float32 tensors of one element, required for fp8 caches:
+            a cache entry means ``stored * scale``.
+        attention_chunk_size: ``c > 0`` restricts a token to keys of its own chunk of ``c`` positions.
+        max_query_len: optional hint, the longest query length of the batch (1 for pure decode).
+
+    Positions (sequence with ``seq_len = 6``, ``q_len = 2``: context 4, queries at ``p = 4, 5``)::
+
+        keys j:      0 1 2 3 4 5
+        query p=4:   x x x x x .      causal: j <= p
+        query p=5:   x x x x x x
+        window (2, 0) at p=5:  . . . x x x
+"""
+
+
+def paged_attention(
+    query: Tensor,
+    key_cache: Tensor,
+    value_cache: Tensor,
+    block_table: Tensor,
+    seq_lens: Tensor,
+    query_start_loc: Tensor,
+    *,
+    scale: float | None = None,
+    causal: bool = True,
+    window_left: int = -1,
+    window_right: int = -1,
+    softcap: float = 0.0,
+    alibi_slopes: Tensor | None = None,
+    sinks: Tensor | None = None,
+    k_scale: Tensor | None = None,
+    v_scale: Tensor | None = None,
+    attention_chunk_size: int = 0,
+    max_query_len: int = -1,
+    return_lse: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """Attention of ragged query tokens over a paged (block-table) KV cache: decode, prefill,
+    chunked prefill and speculative verification in one call.
+
+    For query token ``t`` of sequence ``i`` at position ``p`` and each visible key ``j``::
+
+        s_j = scale * q_t . k_j   -> softcap -> + alibi_slope * (j - p) -> mask
+        out_t = sum_j exp(s_j) v_j / (exp(sink) + sum_j exp(s_j)),  lse_t = log(exp(sink) + sum_j exp(s_j))
+    {args}
+    Returns:
+        ``(out, lse)``: ``out [T, Hq, Dv]`` in the query's dtype; ``lse [T, Hq]`` float32, natural log,
+        when ``return_lse`` (else a ``[0]`` tensor). A row with no visible key gets 0 and ``-inf``
+        (or the sink's logit).
+
+    Example::
+
+        >>> import torch, torch_paged_attn as pa
+        >>> kc = torch.randn(8, 16, 2, 64); vc = torch.randn(8, 16, 2, 64)
+        >>> q = torch.randn(2, 4, 64)  # one decode token for each of 2 sequences
+        >>> bt = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32)
+        >>> lens = torch.tensor([20, 7], dtype=torch.int32)
+        >>> qsl = torch.tensor([0, 1, 2], dtype=torch.int32)
+        >>> out, lse = pa.paged_attention(q, kc, vc, bt, lens, qsl, return_lse=True)
+        >>> out.shape, lse.shape
+        (torch.Size([2, 4, 64]), torch.Size([2, 4]))
+    """
+    return torch.ops.paged_attn.paged_attention(
+        query,
+        key_cache,
+        value_cache,
+        block_table,
+        seq_lens,
+        query_start_loc,
+        scale=_default_scale(query, scale),
+        causal=causal,
+        window_left=window_left,
+        window_right=window_right,
+        softcap=softcap,
+        alibi_slopes=alibi_slopes,
+        sinks=sinks,
+        k_scale=k_scale,
+        v_scale=v_scale,
+        attention_chunk_size=attention_chunk_size,
+        max_query_len=max_query_len,
+        return_lse=return_lse,
+    )
+
+
+def paged_attention_out(
+    query: Tensor,
+    key_cache: Tensor,
+    value_cache: Tensor,
+    block_table: Tensor,
+    seq_lens: Tensor,
+    query_start_loc: Tensor,
+    out: Tensor,
+    lse: Tensor | None = None,
+    *,
+    scale: float | None = None,
+    causal: bool = True,
+    window_left: int = -1,
+    window_right: int = -1,
+    softcap: float = 0.0,
+    alibi_slopes: Tensor | None = None,
+    sinks: Tensor | None = None,
+    k_scale: Tensor | None = None,
+    v_scale: Tensor | None = None,
+    attention_chunk_size: int = 0,
+    max_query_len: int = -1,
+) -> None:
+    """:func:`paged_attention` writing into preallocated tensors (CUDA-graph static buffers).
+
+    ``out`` is ``[T, Hq, Dv]`` in the query's dtype (may be a strided view with a contiguous last
+    dimension); ``lse``, when given, is ``[T, Hq]`` float32. Every row is written, padding rows too.
+    Other arguments as :func:`paged_attention`.
+    """
+    torch.ops.paged_attn.paged_attention_out(
+        query,
+        key_cache,
+        value_cache,
+        block_table,
+        seq_lens,
+        query_start_loc,
+        out,
+        lse,
+        scale=_default_scale(query, scale),
+        causal=causal,
+        window_left=window_left,
+        window_right=window_right,
+        softcap=softcap,
+        alibi_slopes=alibi_slopes,
+        sinks=sinks,
+        k_scale=k_scale,
+        v_scale=v_scale,
+        attention_chunk_size=attention_chunk_size,
+        max_query_len=max_query_len,
+    )
+
+
+paged_attention.__doc__ = paged_attention.__doc__.replace("{args}", _ARGS_DOC)
