@@ -27,7 +27,7 @@ from types import ModuleType
 from typing import Any
 
 # In order of preference; the first whose supports() returns None runs the call.
-_CUDA_BACKENDS = ("torch_paged_attn.lowering.reference",)
+_CUDA_BACKENDS = ("torch_paged_attn.lowering.triton", "torch_paged_attn.lowering.reference")
 _REFERENCE = "torch_paged_attn.lowering.reference"
 
 

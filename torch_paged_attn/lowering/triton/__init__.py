@@ -12,7 +12,13 @@ import importlib
 from types import ModuleType
 
 # op -> kernel family module
-_FAMILIES: dict[str, str] = {}
+_FAMILIES: dict[str, str] = {
+    "paged_attention": "paged_attention",
+    "reshape_and_cache": "kv_cache",
+    "concat_and_cache_mla": "kv_cache",
+    "gather_cache": "kv_cache",
+    "merge_attn_states": "merge",
+}
 
 
 def _family(op: str) -> ModuleType:
@@ -26,7 +32,11 @@ def supports(op: str, facts: dict) -> str | None:
         import triton  # noqa: F401
     except ImportError:
         return "triton is not installed"
-    return _family(op).supports(op, facts)
+    try:
+        family = _family(op)
+    except ModuleNotFoundError as e:
+        return f"Triton kernel module for {op} not available ({e})"
+    return family.supports(op, facts)
 
 
 def __getattr__(name: str):
