@@ -1,9 +1,11 @@
 """Backends that implement the ops, and the rule that picks one per call.
 
-Every backend is a module exposing, for each op it implements, a function of the same name with
-the *out-form* signature below (it writes into ``out`` / ``lse`` / the caches and returns None),
-plus ``supports(op, facts) -> str | None``: None when it can run the call, else the reason it
-cannot. Backends never import one another; this module imports them lazily.
+Every backend is a module exposing ``supports(op, facts) -> str | None`` (None when it can run the
+call, else the reason it cannot) and, for each op it implements, a function of the same name with
+the *out-form* signature below (it writes into ``out`` / ``lse`` / the caches and returns None);
+a backend split into several modules (Triton: one per kernel family) also exposes
+``module_for(op)``, the module holding that function. Backends never import one another; this
+module imports them lazily. ``paged_attention_out`` runs the ``paged_attention`` function.
 
     paged_attention(query, key_cache, value_cache, block_table, seq_lens, query_start_loc,
                     out, lse, *, scale, causal, window_left, window_right, softcap,
@@ -39,7 +41,7 @@ def _load(name: str) -> ModuleType | None:
 
 
 def select(op: str, facts: dict[str, Any]) -> ModuleType:
-    """The backend module that runs ``op`` for a call described by ``facts``.
+    """The module whose function named ``op`` runs a call described by ``facts``.
 
     ``facts["device"]`` is the device type ("cpu", "cuda", ...). Off CUDA the reference runs.
     """
@@ -47,5 +49,5 @@ def select(op: str, facts: dict[str, Any]) -> ModuleType:
         for name in _CUDA_BACKENDS:
             backend = _load(name)
             if backend is not None and backend.supports(op, facts) is None:
-                return backend
+                return backend.module_for(op) if hasattr(backend, "module_for") else backend
     return importlib.import_module(_REFERENCE)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -101,11 +102,59 @@ class Checker:
 
     # -- value checks, TORCH_PAGED_ATTN_DEBUG=1 only --
 
-    def value(self, ok: Tensor, arg: str, expected: str) -> None:
-        """Fail unless every element of the boolean tensor ``ok`` holds (synchronises)."""
+    def value(self, ok: Tensor, arg: str, expected: str, values: Tensor, offset: int = 0) -> None:
+        """Fail unless every element of the boolean tensor ``ok`` holds (synchronises).
+
+        ``values`` (the shape of ``ok``) holds what was checked; the message reports the first
+        violation as ``<value> at <arg>[<index>]``, its first index shifted by ``offset`` (for a
+        check of ``arg[offset:]``).
+        """
         if not bool(ok.all()):
-            bad = (~ok).nonzero()[0].tolist()
-            self.fail(arg, expected, f"a violation at index {bad}")
+            index = (~ok).nonzero()[0].tolist()
+            value = values[tuple(index)].item()
+            index[0] += offset
+            self.fail(arg, expected, f"{value} at {arg}[{', '.join(map(str, index))}]")
+
+
+# Python types a public function accepts for each kind of argument. Symbolic numbers stand in for
+# ints and floats while torch.compile traces the function.
+_ARG_KINDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "tensor": ((Tensor,), "a torch.Tensor"),
+    "tensor?": ((Tensor, type(None)), "a torch.Tensor or None"),
+    "int": ((int, torch.SymInt), "an int"),
+    "float": ((float, int, torch.SymFloat, torch.SymInt), "a float"),
+    "float?": ((float, int, torch.SymFloat, torch.SymInt, type(None)), "a float or None"),
+    "bool": ((bool, torch.SymBool), "a bool"),
+}
+
+
+class ArgTypes(NamedTuple):
+    """The accepted Python types of a public function's arguments, in order."""
+
+    names: tuple[str, ...]
+    types: tuple[tuple[type, ...], ...]
+    what: tuple[str, ...]
+
+
+def arg_types(*kinds: tuple[str, str]) -> ArgTypes:
+    """An ``ArgTypes`` from ``(argument, kind)`` pairs, kinds as in ``_ARG_KINDS``."""
+    return ArgTypes(
+        tuple(arg for arg, _ in kinds),
+        tuple(_ARG_KINDS[kind][0] for _, kind in kinds),
+        tuple(_ARG_KINDS[kind][1] for _, kind in kinds),
+    )
+
+
+def check_arg_types(op: str, spec: ArgTypes, values: Sequence[object]) -> None:
+    """Python types of a public function's arguments (``values``, in ``spec``'s order), checked
+    before the dispatcher parses them: it would raise a ``RuntimeError`` for a list passed as a
+    tensor, and rule 3 promises a TypeError. The all-right path is one ``map`` over the arguments:
+    2.2 us for paged_attention's 18 on a 2-core CI machine, 2026-11."""
+    if all(map(isinstance, values, spec.types)):
+        return
+    for arg, types, what, value in zip(spec.names, spec.types, spec.what, values):
+        if not isinstance(value, types):
+            raise TypeError(f"{op}: {arg}: expected {what}, got {type(value).__name__}")
 
 
 def debug_checks_enabled(*tensors: Tensor) -> bool:
@@ -153,12 +202,29 @@ def debug_check_batch(
     max_blocks = block_table.shape[1]
     qsl = query_start_loc.long()
     lens = seq_lens.long()
-    c.value(qsl[:1] == 0, "query_start_loc", "query_start_loc[0] == 0")
-    c.value(qsl[1:] >= qsl[:-1], "query_start_loc", "non-decreasing values")
-    c.value(qsl[-1:] <= num_tokens, "query_start_loc", f"query_start_loc[-1] <= num_tokens ({num_tokens})")
-    c.value(lens >= 0, "seq_lens", "non-negative lengths")
+    last = qsl.shape[0] - 1
+    c.value(qsl[:1] == 0, "query_start_loc", "query_start_loc[0] == 0", qsl[:1])
+    c.value(qsl[1:] >= qsl[:-1], "query_start_loc", "non-decreasing values", qsl[1:], offset=1)
+    c.value(
+        qsl[-1:] <= num_tokens,
+        "query_start_loc",
+        f"query_start_loc[-1] <= num_tokens ({num_tokens})",
+        qsl[-1:],
+        offset=last,
+    )
+    c.value(lens >= 0, "seq_lens", "non-negative lengths", lens)
     capacity = max_blocks * block_size
-    c.value(lens <= capacity, "seq_lens", f"lengths <= block_table capacity {max_blocks} x {block_size} = {capacity}")
+    c.value(
+        lens <= capacity,
+        "seq_lens",
+        f"lengths <= block_table capacity {max_blocks} x {block_size} = {capacity}",
+        lens,
+    )
     used = torch.arange(max_blocks, device=lens.device)[None, :] < ((lens + block_size - 1) // block_size)[:, None]
     ids = block_table.long()
-    c.value(~used | ((ids >= 0) & (ids < num_blocks)), "block_table", f"block ids in [0, {num_blocks}) in the used part")
+    c.value(
+        ~used | ((ids >= 0) & (ids < num_blocks)),
+        "block_table",
+        f"block ids in [0, {num_blocks}) in the used part",
+        ids,
+    )

@@ -15,6 +15,8 @@ from ._checks import (
     INDEX_DTYPES,
     SLOT_DTYPES,
     Checker,
+    arg_types,
+    check_arg_types,
     debug_checks_enabled,
 )
 from ._library import mutated, qualname
@@ -29,7 +31,8 @@ def _check_slots(c: Checker, slot_mapping: Tensor, num_rows: int, num_slots: int
             f"{slot_mapping.shape[0]} entries",
         )
     if debug_checks_enabled(slot_mapping):
-        c.value(slot_mapping.long() < num_slots, "slot_mapping", f"slots < num_blocks * block_size = {num_slots}")
+        slots = slot_mapping.long()
+        c.value(slots < num_slots, "slot_mapping", f"slots < num_blocks * block_size = {num_slots}", slots)
 
 
 # -- reshape_and_cache ------------------------------------------------------------------------
@@ -72,6 +75,17 @@ def _reshape_and_cache(
     backend.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
 
 
+_RESHAPE_TYPES = arg_types(
+    ("key", "tensor"),
+    ("value", "tensor"),
+    ("key_cache", "tensor"),
+    ("value_cache", "tensor"),
+    ("slot_mapping", "tensor"),
+    ("k_scale", "tensor?"),
+    ("v_scale", "tensor?"),
+)
+
+
 def reshape_and_cache(
     key: Tensor,
     value: Tensor,
@@ -103,6 +117,11 @@ def reshape_and_cache(
         >>> torch.equal(kc[1, 1], k[0]) and torch.equal(vc[0, 5], v[2])
         True
     """
+    check_arg_types(
+        "reshape_and_cache",
+        _RESHAPE_TYPES,
+        (key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale),
+    )
     torch.ops.paged_attn.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
 
 
@@ -138,6 +157,15 @@ def _concat_and_cache_mla(
     backend.concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, scale)
 
 
+_CONCAT_TYPES = arg_types(
+    ("kv_c", "tensor"),
+    ("k_pe", "tensor"),
+    ("kv_cache", "tensor"),
+    ("slot_mapping", "tensor"),
+    ("scale", "tensor?"),
+)
+
+
 def concat_and_cache_mla(
     kv_c: Tensor,
     k_pe: Tensor,
@@ -164,6 +192,7 @@ def concat_and_cache_mla(
         >>> torch.equal(cache[1, 2], torch.cat([c[0], pe[0]]))
         True
     """
+    check_arg_types("concat_and_cache_mla", _CONCAT_TYPES, (kv_c, k_pe, kv_cache, slot_mapping, scale))
     torch.ops.paged_attn.concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, scale)
 
 
@@ -197,16 +226,47 @@ def _gather_cache(
     c.scale("scale", scale, "kv_cache", kv_cache.dtype)
     if debug_checks_enabled(kv_cache, block_table, cu_seq_lens):
         cu = cu_seq_lens.long()
-        c.value(cu[:1] == 0, "cu_seq_lens", "cu_seq_lens[0] == 0")
-        c.value(cu[1:] >= cu[:-1], "cu_seq_lens", "non-decreasing values")
-        c.value(cu[-1:] <= out.shape[0], "cu_seq_lens", f"cu_seq_lens[-1] <= rows of out ({out.shape[0]})")
+        c.value(cu[:1] == 0, "cu_seq_lens", "cu_seq_lens[0] == 0", cu[:1])
+        c.value(cu[1:] >= cu[:-1], "cu_seq_lens", "non-decreasing values", cu[1:], offset=1)
+        c.value(
+            cu[-1:] <= out.shape[0],
+            "cu_seq_lens",
+            f"cu_seq_lens[-1] <= rows of out ({out.shape[0]})",
+            cu[-1:],
+            offset=num_seqs,
+        )
         starts = seq_starts.long() if seq_starts is not None else torch.zeros_like(cu[1:])
         capacity = block_table.shape[1] * kv_cache.shape[1]
-        c.value(starts >= 0, "seq_starts", "non-negative starts")
-        c.value(starts + cu[1:] - cu[:-1] <= capacity, "seq_starts", f"start + length <= block_table capacity {capacity}")
+        lengths = cu[1:] - cu[:-1]
+        ends = starts + lengths
+        c.value(starts >= 0, "seq_starts", "non-negative starts", starts)
+        c.value(ends <= capacity, "seq_starts", f"start + length <= block_table capacity {capacity}", ends)
+        # the blocks a sequence reads: those holding tokens seq_starts[i] .. seq_starts[i] + len_i - 1
+        block_size, num_blocks = kv_cache.shape[1], kv_cache.shape[0]
+        idx = torch.arange(block_table.shape[1], device=cu.device)[None, :]
+        first = (starts // block_size)[:, None]
+        end = ((ends + block_size - 1) // block_size)[:, None]
+        used = (idx >= first) & (idx < end) & (lengths > 0)[:, None]
+        ids = block_table.long()
+        c.value(
+            ~used | ((ids >= 0) & (ids < num_blocks)),
+            "block_table",
+            f"block ids in [0, {num_blocks}) in the used part",
+            ids,
+        )
     facts = {"device": kv_cache.device.type, "dtype": out.dtype, "cache_dtype": kv_cache.dtype}
     backend = lowering.select("gather_cache", facts)
     backend.gather_cache(kv_cache, block_table, cu_seq_lens, seq_starts, out, scale)
+
+
+_GATHER_TYPES = arg_types(
+    ("kv_cache", "tensor"),
+    ("block_table", "tensor"),
+    ("cu_seq_lens", "tensor"),
+    ("out", "tensor"),
+    ("seq_starts", "tensor?"),
+    ("scale", "tensor?"),
+)
 
 
 def gather_cache(
@@ -242,4 +302,7 @@ def gather_cache(
         >>> torch.equal(out[2], cache[1, 0])
         True
     """
+    check_arg_types(
+        "gather_cache", _GATHER_TYPES, (kv_cache, block_table, cu_seq_lens, out, seq_starts, scale)
+    )
     torch.ops.paged_attn.gather_cache(kv_cache, block_table, cu_seq_lens, seq_starts, out, scale)

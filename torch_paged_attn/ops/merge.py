@@ -7,7 +7,7 @@ from torch import Tensor
 from torch.library import triton_op
 
 from .. import lowering
-from ._checks import FLOAT_DTYPES, Checker
+from ._checks import FLOAT_DTYPES, Checker, arg_types, check_arg_types
 from ._library import mutated, qualname
 
 
@@ -53,7 +53,7 @@ def _merge_attn_states_out(
     suffix_out: Tensor,
     suffix_lse: Tensor,
     out: Tensor,
-    lse: Tensor | None = None,
+    lse: Tensor | None,  # no schema default: torch 2.11 drops a trailing mutable default argument
 ) -> None:
     c = _check_merge("merge_attn_states_out", prefix_out, prefix_lse, suffix_out, suffix_lse)
     c.tensor("out", out, shape=tuple(prefix_out.shape), dtypes=(prefix_out.dtype,))
@@ -61,6 +61,16 @@ def _merge_attn_states_out(
         c.tensor("lse", lse, shape=tuple(prefix_lse.shape), dtypes=(torch.float32,), last_contiguous=False)
     backend = lowering.select("merge_attn_states", _facts(prefix_out, lse))
     backend.merge_attn_states(prefix_out, prefix_lse, suffix_out, suffix_lse, out, lse)
+
+
+_MERGE_KINDS = (
+    ("prefix_out", "tensor"),
+    ("prefix_lse", "tensor"),
+    ("suffix_out", "tensor"),
+    ("suffix_lse", "tensor"),
+)
+_MERGE_TYPES = arg_types(*_MERGE_KINDS)
+_MERGE_OUT_TYPES = arg_types(*_MERGE_KINDS, ("out", "tensor"), ("lse", "tensor?"))
 
 
 def merge_attn_states(
@@ -92,6 +102,9 @@ def merge_attn_states(
         >>> torch.allclose(out, o1) and torch.equal(lse, l1)
         True
     """
+    check_arg_types(
+        "merge_attn_states", _MERGE_TYPES, (prefix_out, prefix_lse, suffix_out, suffix_lse)
+    )
     return torch.ops.paged_attn.merge_attn_states(prefix_out, prefix_lse, suffix_out, suffix_lse)
 
 
@@ -104,4 +117,9 @@ def merge_attn_states_out(
     lse: Tensor | None = None,
 ) -> None:
     """:func:`merge_attn_states` writing into ``out [T, H, D]`` and, when given, ``lse [T, H]``."""
+    check_arg_types(
+        "merge_attn_states_out",
+        _MERGE_OUT_TYPES,
+        (prefix_out, prefix_lse, suffix_out, suffix_lse, out, lse),
+    )
     torch.ops.paged_attn.merge_attn_states_out(prefix_out, prefix_lse, suffix_out, suffix_lse, out, lse)

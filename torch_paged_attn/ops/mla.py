@@ -13,6 +13,8 @@ from ._checks import (
     CACHE_DTYPES,
     FLOAT_DTYPES,
     Checker,
+    arg_types,
+    check_arg_types,
     check_batch,
     debug_check_batch,
     debug_checks_enabled,
@@ -88,6 +90,19 @@ def _mla_decode(
     return out, lse
 
 
+_MLA_TYPES = arg_types(
+    ("q_latent", "tensor"),
+    ("q_rope", "tensor"),
+    ("kv_cache", "tensor"),
+    ("block_table", "tensor"),
+    ("seq_lens", "tensor"),
+    ("query_start_loc", "tensor"),
+    ("scale", "float"),
+    ("causal", "bool"),
+    ("kv_scale", "tensor?"),
+)
+
+
 def mla_decode(
     q_latent: Tensor,
     q_rope: Tensor,
@@ -132,6 +147,11 @@ def mla_decode(
         >>> out.shape
         torch.Size([1, 8, 512])
     """
+    check_arg_types(
+        "mla_decode",
+        _MLA_TYPES,
+        (q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, scale, causal, kv_scale),
+    )
     return torch.ops.paged_attn.mla_decode(
         q_latent,
         q_rope,

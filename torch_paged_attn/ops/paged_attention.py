@@ -14,6 +14,8 @@ from ._checks import (
     CACHE_DTYPES,
     FLOAT_DTYPES,
     Checker,
+    arg_types,
+    check_arg_types,
     check_batch,
     debug_check_batch,
     debug_checks_enabled,
@@ -109,7 +111,7 @@ def _run(
         "sinks": options["sinks"] is not None,
         "lse": lse is not None,
     }
-    backend = lowering.select(op, facts)
+    backend = lowering.select("paged_attention", facts)
     backend.paged_attention(
         query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, lse, **options
     )
@@ -203,6 +205,32 @@ def _paged_attention_out(
     _run("paged_attention_out", *tensors, out, lse, options)
 
 
+_BATCH_KINDS = (
+    ("query", "tensor"),
+    ("key_cache", "tensor"),
+    ("value_cache", "tensor"),
+    ("block_table", "tensor"),
+    ("seq_lens", "tensor"),
+    ("query_start_loc", "tensor"),
+)
+_OPTION_KINDS = (
+    ("causal", "bool"),
+    ("window_left", "int"),
+    ("window_right", "int"),
+    ("softcap", "float"),
+    ("alibi_slopes", "tensor?"),
+    ("sinks", "tensor?"),
+    ("k_scale", "tensor?"),
+    ("v_scale", "tensor?"),
+    ("attention_chunk_size", "int"),
+    ("max_query_len", "int"),
+)
+_PAGED_TYPES = arg_types(*_BATCH_KINDS, ("scale", "float?"), ("return_lse", "bool"), *_OPTION_KINDS)
+_PAGED_OUT_TYPES = arg_types(
+    *_BATCH_KINDS, ("out", "tensor"), ("lse", "tensor?"), ("scale", "float?"), *_OPTION_KINDS
+)
+
+
 def _default_scale(query: Tensor, scale: float | None) -> float:
     return 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
 
@@ -289,6 +317,13 @@ def paged_attention(
         >>> out.shape, lse.shape
         (torch.Size([2, 4, 64]), torch.Size([2, 4]))
     """
+    check_arg_types(
+        "paged_attention",
+        _PAGED_TYPES,
+        (query, key_cache, value_cache, block_table, seq_lens, query_start_loc, scale, return_lse,
+         causal, window_left, window_right, softcap, alibi_slopes, sinks, k_scale, v_scale,
+         attention_chunk_size, max_query_len),
+    )
     return torch.ops.paged_attn.paged_attention(
         query,
         key_cache,
@@ -339,6 +374,13 @@ def paged_attention_out(
     dimension); ``lse``, when given, is ``[T, Hq]`` float32. Every row is written, padding rows too.
     Other arguments as :func:`paged_attention`.
     """
+    check_arg_types(
+        "paged_attention_out",
+        _PAGED_OUT_TYPES,
+        (query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, lse, scale,
+         causal, window_left, window_right, softcap, alibi_slopes, sinks, k_scale, v_scale,
+         attention_chunk_size, max_query_len),
+    )
     torch.ops.paged_attn.paged_attention_out(
         query,
         key_cache,

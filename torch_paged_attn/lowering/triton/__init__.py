@@ -1,7 +1,8 @@
 """The Triton backend: one module per kernel family, imported when first used.
 
-``supports(op, facts)`` answers from static facts only; each family module exposes the out-form
-functions of ``torch_paged_attn.lowering`` and its own ``supports``. Launches go through
+``supports(op, facts)`` answers from static facts only; ``module_for(op)`` is the family module,
+which exposes the out-form function of ``torch_paged_attn.lowering`` named after the op and its
+own ``supports``. Launches go through
 ``torch.library.wrap_triton`` so that, under torch.compile, Inductor sees and launches the
 kernels itself (inside CUDA graphs, and compiled into AOTInductor packages).
 """
@@ -39,7 +40,6 @@ def supports(op: str, facts: dict) -> str | None:
     return family.supports(op, facts)
 
 
-def __getattr__(name: str):
-    if name in _FAMILIES:
-        return getattr(_family(name), name)
-    raise AttributeError(name)
+def module_for(op: str) -> ModuleType:
+    """The kernel family module that implements ``op`` (it exposes a function named ``op``)."""
+    return _family(op)
