@@ -1,0 +1,196 @@
+"""Host time of one eager call of each op, against a null kernel launch.
+
+    python benchmarks/overhead.py [--calls 1000] [--out DIR]
+    python benchmarks/overhead.py --device cpu --quick          # smoke run, no GPU
+
+Every op runs on the smallest inputs of its kind (one token, one block), so the GPU finishes each
+kernel long before the host has issued the next call, and the time per call is the host's:
+
+    host us    perf_counter over 100 calls issued while the GPU is held busy by a sleep kernel
+               (nothing waits on the device: the Python, dispatch and launch cost alone)
+    events us  CUDA events around ``--calls`` back-to-back calls, divided by their number
+               (= host time per call whenever the kernels are shorter than the host work)
+    wall us    perf_counter over ``--calls`` calls plus the final synchronisation
+
+The baselines are a null Triton kernel (an empty @triton.jit function, the launcher our ops go
+through) and a one-element ``torch.add_``; ``over null us`` is an op's events figure minus the
+null Triton kernel's. Medians of 5 repetitions. JSON rows go to ``<out>/overhead-<gpu>-<date>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import time
+from typing import Any, Callable
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]  # the harness, and the checkout (also when not pip-installed)
+import _harness as H  # noqa: E402
+
+import torch_paged_attn as tpa  # noqa: E402
+
+RESULTS = os.path.join(HERE, "results")
+# A sleep this long (cycles, ~20 ms at 1.7 GHz) outlasts the issue of 100 calls of any op here.
+SLEEP_CYCLES = 35_000_000
+
+
+def null_kernel() -> Callable[[], Any]:
+    """A launch of an empty Triton kernel (grid 1), or an exception when Triton is unusable."""
+    import triton
+
+    @triton.jit
+    def _null(x_ptr):
+        pass
+
+    x = torch.empty(1, device="cuda")
+    return lambda: _null[(1,)](x)
+
+
+def op_calls(device: torch.device) -> dict[str, Callable[[], Any]]:
+    """One smallest call of each public op (decode of one token over one block, one-token writes)."""
+    dt, Hq, Hkv, D, BS = torch.bfloat16, 32, 8, 128, 16
+    L, R, W = 512, 64, 576  # MLA latent, rope, cache row
+
+    def t(*shape, dtype=dt):
+        return torch.randn(*shape, device=device, dtype=torch.float32).to(dtype)
+
+    def i32(*values):
+        return torch.tensor(values, dtype=torch.int32, device=device)
+
+    q, kc, vc = t(1, Hq, D), t(2, BS, Hkv, D), t(2, BS, Hkv, D)
+    table, lens, qsl = i32([0]), i32(BS), i32(0, 1)
+    out, lse = torch.empty(1, Hq, D, device=device, dtype=dt), torch.empty(1, Hq, device=device)
+    k, v, slots = t(1, Hkv, D), t(1, Hkv, D), torch.tensor([3], device=device)
+    po, so, pl, sl = t(1, Hq, D), t(1, Hq, D), t(1, Hq, dtype=torch.float32), t(1, Hq, dtype=torch.float32)
+    ql, qr, mla_cache = t(1, 16, L), t(1, 16, R), t(2, BS, W)
+    kv_c, k_pe, gathered = t(1, L), t(1, R), torch.empty(BS, W, device=device, dtype=dt)
+    cu = i32(0, BS)
+    scale = 1.0 / math.sqrt(D)
+    return {
+        "paged_attention": lambda: tpa.paged_attention(q, kc, vc, table, lens, qsl, scale=scale, max_query_len=1),
+        "paged_attention_out": lambda: tpa.paged_attention_out(
+            q, kc, vc, table, lens, qsl, out, lse, scale=scale, max_query_len=1
+        ),
+        "reshape_and_cache": lambda: tpa.reshape_and_cache(k, v, kc, vc, slots),
+        "merge_attn_states": lambda: tpa.merge_attn_states(po, pl, so, sl),
+        "merge_attn_states_out": lambda: tpa.merge_attn_states_out(po, pl, so, sl, out, lse),
+        "mla_decode": lambda: tpa.mla_decode(ql, qr, mla_cache, table, lens, qsl, scale=0.07),
+        "concat_and_cache_mla": lambda: tpa.concat_and_cache_mla(kv_c, k_pe, mla_cache, slots),
+        "gather_cache": lambda: tpa.gather_cache(mla_cache, table, cu, gathered),
+    }
+
+
+def _median(f: Callable[[], float], reps: int) -> float:
+    return statistics.median(f() for _ in range(reps))
+
+
+def measure(fn: Callable[[], Any], device: torch.device, calls: int, reps: int) -> dict[str, float | None]:
+    for _ in range(20):  # JIT compilation, allocator growth
+        fn()
+    H.synchronize(device)
+
+    def wall() -> float:
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        H.synchronize(device)
+        return (time.perf_counter() - t0) * 1e6 / calls
+
+    result: dict[str, float | None] = {"host_us": None, "events_us": None, "wall_us": _median(wall, reps)}
+    if device.type != "cuda":
+        return result
+
+    def events() -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e3 / calls
+
+    def host(n: int = 100) -> float:
+        torch.cuda._sleep(SLEEP_CYCLES)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        elapsed = time.perf_counter() - t0
+        torch.cuda.synchronize(device)
+        return elapsed * 1e6 / n
+
+    result["events_us"] = _median(events, reps)
+    if hasattr(torch.cuda, "_sleep"):  # private, present in every torch since 1.x
+        result["host_us"] = _median(host, reps)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--calls", type=int, default=1000, help="calls per timed repetition")
+    ap.add_argument("--quick", action="store_true", help="100 calls, 3 repetitions")
+    ap.add_argument("--out", default=RESULTS, help="directory of the JSON results")
+    args = ap.parse_args(argv)
+    device = H.resolve_device(args.device)
+    calls, reps = (min(args.calls, 100), 3) if args.quick else (args.calls, 5)
+
+    meta = H.device_info(device)
+    meta["args"] = vars(args)
+    path = H.json_path("overhead", meta, args.out)
+    targets: dict[str, Callable[[], Callable[[], Any]]] = {}
+    if device.type == "cuda":
+        targets["null triton kernel"] = null_kernel
+        one = torch.zeros(1, device=device)
+        targets["torch add_ (1 element)"] = lambda: (lambda: one.add_(1))
+    ops = op_calls(device)
+    targets.update({name: (lambda f=f: f) for name, f in ops.items()})
+
+    rows: list[H.Row] = []
+    for name, make in targets.items():
+        H.progress(f"  {name}")
+        row = H.Row(shape="1 token", provider=name, dtype="bfloat16")
+        dead = H.cuda_alive(device)
+        try:
+            if dead:
+                raise RuntimeError(dead)
+            fn = make()
+            note = ""
+            if name in ops:
+                note = H.backend_of(fn)[1]
+            row.extra.update(measure(fn, device, calls, reps), note=note)
+        except Exception as e:  # one op's failure never stops the run
+            row.status, row.reason = "n/a", f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]}"
+        rows.append(row)
+
+    null = next((r.extra.get("events_us") for r in rows if r.provider == "null triton kernel"), None)
+    for r in rows:
+        if r.status == "ok" and null is not None and r.extra.get("events_us") is not None:
+            r.extra["over_null_us"] = r.extra["events_us"] - null
+    H.write_json(path, "overhead", rows, meta)
+    _print(rows, meta, calls)
+    print(f"\nJSON: {path}")
+    return 0
+
+
+def _print(rows: list[H.Row], meta: dict, calls: int) -> None:
+    cols = ("host_us", "events_us", "over_null_us", "wall_us")
+    print(f"\neager overhead per call ({meta['gpu']}, {calls} calls, median of repetitions)")
+    print(f"{'op':<24}" + "".join(f"{c.replace('_us', ' us'):>14}" for c in cols) + "  note")
+    for r in rows:
+        if r.status != "ok":
+            print(f"{r.provider:<24}{'n/a':>14}  {r.reason}")
+            continue
+        cells = "".join(
+            f"{r.extra[c]:>14.1f}" if r.extra.get(c) is not None else f"{'':>14}" for c in cols
+        )
+        print(f"{r.provider:<24}{cells}  {r.extra.get('note', '')}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

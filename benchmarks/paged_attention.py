@@ -1,0 +1,649 @@
+"""Paged attention, cache update and merge against the copy bandwidth: one command, one process.
+
+    python benchmarks/paged_attention.py [--shapes decode,prefill] [--quick] [--out DIR]
+    python benchmarks/paged_attention.py --device cpu --tiny --quick     # smoke run, no GPU
+
+Measures the device's copy bandwidth first, then for each shape of the table (the issue's shape
+list; bf16, block 16, Hq 32 / Hkv 8, D 128 unless the name says otherwise) times every contender:
+
+    torch_paged_attn                 this project (paged_attention, reshape_and_cache, merge_attn_states)
+    torch_paged_attn[batch-inv]      the same in batch-invariant mode (decode shapes)
+    gather+sdpa                      torch ops: gather the pages of every sequence, then
+                                     F.scaled_dot_product_attention (padded batch, one call)
+    flex_attention(paged)            torch.nn.attention.experimental._paged_attention.PagedAttention
+                                     + compiled flex_attention, over the same cache memory
+    flash_attn_4                     flash_attn.cute.flash_attn_varlen_func with page_table
+    torch                            eager torch ops (cache update: index_copy_; merge: the formula)
+
+and prints microseconds (p50, p20-p80), GB/s and % of the copy bandwidth for the bytes the op
+must move (formulas in ``attention_bytes``, ``cache_update_bytes``, ``merge_bytes``), plus
+TFLOP/s and the ratio to FlashAttention-4 for prefill shapes. A contender that cannot run prints
+n/a with the reason; none can stop the run. Every output is checked against an fp32 reference
+on two sequences (``max_err`` in the JSON). JSON rows go to ``<out>/paged_attention-<gpu>-<date>.json``,
+rewritten after every shape so an interrupted run keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fnmatch
+import gc
+import importlib
+import math
+import os
+import sys
+import warnings
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]  # the harness, and the checkout (also when not pip-installed)
+import _harness as H  # noqa: E402
+
+import torch_paged_attn as tpa  # noqa: E402
+from torch_paged_attn.testing import PagedBatch  # noqa: E402
+
+RESULTS = os.path.join(HERE, "results")
+FP8 = torch.float8_e4m3fn
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One row group of the table. ``seq_len`` keys are visible to each of the ``batch``
+    sequences, whose last ``q_len`` tokens are the queries (decode: ``q_len = 1``)."""
+
+    name: str
+    kind: str  # "decode", "prefill", "cache_update" or "merge"
+    batch: int = 1
+    q_len: int = 1
+    seq_len: int = 0
+    num_heads: int = 32
+    num_kv_heads: int = 8
+    head_size: int = 128
+    block_size: int = 16
+    cache_dtype: torch.dtype = torch.bfloat16
+    tokens: int = 0  # cache update / merge rows
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.bfloat16
+
+
+SHAPES = [
+    Shape("decode_B64_ctx4096", "decode", batch=64, seq_len=4096),
+    Shape("decode_B1_ctx32768", "decode", batch=1, seq_len=32768),
+    Shape("decode_B8_ctx8192_Hq64", "decode", batch=8, seq_len=8192, num_heads=64),
+    Shape("decode_B256_ctx1024", "decode", batch=256, seq_len=1024),
+    Shape("decode_mha_B32_ctx2048", "decode", batch=32, seq_len=2048, num_kv_heads=32),
+    Shape("decode_fp8_B64_ctx4096", "decode", batch=64, seq_len=4096, cache_dtype=FP8),
+    Shape("prefill_B4_q2048", "prefill", batch=4, q_len=2048, seq_len=2048),
+    Shape("chunked_prefill_B4_q512_ctx4096", "prefill", batch=4, q_len=512, seq_len=4096 + 512),
+    Shape("cache_update_T8192", "cache_update", tokens=8192),
+    Shape("cache_update_T256", "cache_update", tokens=256),
+    Shape("merge_T8192_H32_D128", "merge", tokens=8192, num_heads=32),
+]
+
+# Stand-ins of the same names and kinds, small enough for the reference backend on a CPU.
+_TINY = {
+    "decode": dict(num_heads=4, num_kv_heads=2, head_size=32),
+    "prefill": dict(batch=2, num_heads=4, num_kv_heads=2, head_size=32),
+    "cache_update": dict(num_kv_heads=2, head_size=32),
+    "merge": dict(num_heads=4, head_size=32),
+}
+
+
+def tiny(s: Shape) -> Shape:
+    t = replace(s, **_TINY[s.kind])
+    if s.kind == "decode":  # context lengths keep their order: 1024 -> 8 ... 32768 -> 256
+        t = replace(t, batch=min(s.batch, 3), seq_len=s.seq_len // 128)
+    if s.name.startswith("decode_mha"):
+        t = replace(t, num_kv_heads=t.num_heads)
+    if s.kind == "prefill":
+        q = 24 if s.q_len == s.seq_len else 8
+        t = replace(t, q_len=q, seq_len=q if s.q_len == s.seq_len else q + 40)
+    if s.kind in ("cache_update", "merge"):
+        t = replace(t, tokens=min(s.tokens, 48 if s.tokens > 256 else 8))
+    return t
+
+
+# -- bytes and flops ----------------------------------------------------------------------------
+
+
+def _esize(dtype: torch.dtype) -> int:
+    return torch.empty(0, dtype=dtype).element_size()
+
+
+def attention_bytes(s: Shape) -> tuple[int, str]:
+    """K and V of the visible tokens read once, q read, out written (block table and lengths,
+    < 0.1 %, left out):  B*seq_len*Hkv*(D+Dv)*cache_bytes + T*Hq*D*q_bytes + T*Hq*Dv*out_bytes."""
+    T, D, c, q = s.batch * s.q_len, s.head_size, _esize(s.cache_dtype), _esize(s.dtype)
+    kv = s.batch * s.seq_len * s.num_kv_heads * 2 * D * c
+    qo = 2 * T * s.num_heads * D * q
+    formula = f"K,V: {s.batch}*{s.seq_len}*{s.num_kv_heads}*({D}+{D})*{c} + q,out: 2*{T}*{s.num_heads}*{D}*{q}"
+    return kv + qo, formula
+
+
+def attention_flops(s: Shape) -> int:
+    """2*(D+Dv) per visible (query, key, head): QK^T and PV. Causal, bottom-right aligned:
+    query t of a sequence sees context + t + 1 keys."""
+    ctx = s.seq_len - s.q_len
+    pairs = s.batch * (s.q_len * ctx + s.q_len * (s.q_len + 1) // 2)
+    return pairs * s.num_heads * 2 * (2 * s.head_size)
+
+
+def cache_update_bytes(s: Shape) -> tuple[int, str]:
+    """New keys and values read, the same bytes written into the cache, slot_mapping read:
+    T*Hkv*(D+Dv)*(in_bytes + cache_bytes) + T*8."""
+    T, D, i, c = s.tokens, s.head_size, _esize(s.dtype), _esize(s.cache_dtype)
+    n = T * s.num_kv_heads * 2 * D * (i + c) + T * 8
+    return n, f"{T}*{s.num_kv_heads}*({D}+{D})*({i}+{c}) + {T}*8"
+
+
+def merge_bytes(s: Shape) -> tuple[int, str]:
+    """Two partial outputs and LSEs read, one output and LSE written: 3*T*H*(D*out_bytes + 4)."""
+    T, Hh, D, o = s.tokens, s.num_heads, s.head_size, _esize(s.dtype)
+    return 3 * T * Hh * (D * o + 4), f"3*{T}*{Hh}*({D}*{o}+4)"
+
+
+# -- inputs (built on the device; no NaN garbage: every cache slot is covered) -------------------
+
+
+def paged_inputs(s: Shape, device: torch.device, seed: int) -> PagedBatch:
+    """A uniform batch over a cache that holds exactly its blocks, placed in shuffled order.
+
+    The block table depends on the shape only, not on ``seed``: the input copies that rotate
+    through the L2 cache differ in their data, and one compiled FlexAttention block mask
+    serves them all (a mask per copy would recompile it per copy)."""
+    B, BS, Hkv, D = s.batch, s.block_size, s.num_kv_heads, s.head_size
+    blocks = math.ceil(s.seq_len / BS)
+    nb = B * blocks
+    g = torch.Generator(device=device).manual_seed(0)
+    table = torch.randperm(nb, device=device, generator=g).view(B, blocks).to(torch.int32)
+    g.manual_seed(1 + seed)
+    caches, scales = [], []
+    for _ in range(2):
+        x = torch.randn(nb, BS, Hkv, D, device=device, dtype=s.dtype, generator=g)
+        caches.append(x.to(s.cache_dtype))
+        scales.append(torch.ones((), device=device) if s.cache_dtype == FP8 else None)
+    T = B * s.q_len
+    return PagedBatch(
+        query=torch.randn(T, s.num_heads, D, device=device, dtype=s.dtype, generator=g),
+        key_cache=caches[0],
+        value_cache=caches[1],
+        block_table=table,
+        seq_lens=torch.full((B,), s.seq_len, dtype=torch.int32, device=device),
+        query_start_loc=torch.arange(B + 1, dtype=torch.int32, device=device) * s.q_len,
+        k_scale=scales[0],
+        v_scale=scales[1],
+        q_lens=[s.q_len] * B,
+        kv_lens=[s.seq_len] * B,
+    )
+
+
+def reference_rows(s: Shape, b: PagedBatch, seqs: list[int]) -> dict[int, torch.Tensor]:
+    """fp32 attention of sequences ``seqs`` from a gather of their pages: ``[q_len, Hq, D]`` each."""
+    out = {}
+    blocks = math.ceil(s.seq_len / s.block_size)
+    group = s.num_heads // s.num_kv_heads
+    for i in seqs:
+        rows = b.block_table[i, :blocks].long()
+        k, v = (
+            (cache[rows].float() * (1.0 if scale is None else scale)).flatten(0, 1)[: s.seq_len]  # [L, Hkv, D]
+            for cache, scale in ((b.key_cache, b.k_scale), (b.value_cache, b.v_scale))
+        )
+        q = b.query[i * s.q_len : (i + 1) * s.q_len].float()
+        k = k.repeat_interleave(group, dim=1).transpose(0, 1)  # [Hq, L, D]
+        v = v.repeat_interleave(group, dim=1).transpose(0, 1)
+        scores = q.transpose(0, 1) @ k.transpose(1, 2) / math.sqrt(s.head_size)  # [Hq, q, L]
+        pos = torch.arange(s.q_len, device=q.device)[:, None] + (s.seq_len - s.q_len)
+        keys = torch.arange(s.seq_len, device=q.device)[None, :]
+        scores = scores.masked_fill(keys > pos, float("-inf"))
+        out[i] = (scores.softmax(-1) @ v).transpose(0, 1)
+    return out
+
+
+# -- contenders -----------------------------------------------------------------------------------
+
+
+class Unavailable(Exception):
+    """A contender that cannot run this shape here; the message is the reason printed."""
+
+
+@dataclass
+class Contender:
+    """``fns[i]`` runs on the ``i``-th input copy; ``tokens(out)`` turns its output into [T, Hq, D]."""
+
+    fns: list[Callable[[], Any]]
+    tokens: Callable[[Any], torch.Tensor]
+    note: str = ""
+
+
+def batch_invariant_context() -> Callable[[], Any]:
+    """The batch-invariant mode as a context-manager factory, or Unavailable."""
+    try:
+        config = importlib.import_module("torch_paged_attn._config")
+    except ImportError:
+        config = None
+    if hasattr(config, "batch_invariant"):
+
+        def enter():
+            try:
+                return config.batch_invariant()
+            except TypeError:  # a switch rather than a plain context manager
+                return config.batch_invariant(True)
+
+        return enter
+    setter = getattr(tpa, "set_batch_invariant", None)
+    if setter is None:
+        raise Unavailable("torch_paged_attn._config.batch_invariant is not available")
+
+    @contextlib.contextmanager
+    def mode():
+        setter(True)
+        try:
+            yield
+        finally:
+            setter(False)
+
+    return mode
+
+
+def ours(s: Shape, copies: list[PagedBatch], batch_invariant: bool = False) -> Contender:
+    mode = batch_invariant_context() if batch_invariant else contextlib.nullcontext
+
+    def make(b: PagedBatch):
+        def run():
+            with mode():
+                return tpa.paged_attention(
+                    *b.args(),
+                    scale=1.0 / math.sqrt(s.head_size),
+                    causal=True,
+                    k_scale=b.k_scale,
+                    v_scale=b.v_scale,
+                    max_query_len=s.q_len,
+                )[0]
+
+        return run
+
+    fns = [make(b) for b in copies]
+    _, note = H.backend_of(fns[0])
+    return Contender(fns, lambda out: out, note)
+
+
+def gather_sdpa(s: Shape, copies: list[PagedBatch]) -> Contender:
+    bias = None
+    if s.q_len not in (1, s.seq_len):
+        from torch.nn.attention.bias import causal_lower_right
+
+        bias = causal_lower_right(s.q_len, s.seq_len)
+    blocks = math.ceil(s.seq_len / s.block_size)
+    B, Hkv, D = s.batch, s.num_kv_heads, s.head_size
+
+    def make(b: PagedBatch):
+        table = b.block_table[:, :blocks].long()
+
+        def pages(cache, scale):  # [NB, BS, Hkv, D] -> [B, Hkv, L, D]
+            x = cache[table].view(B, blocks * s.block_size, Hkv, D)[:, : s.seq_len]
+            if scale is not None:
+                x = x.to(s.dtype) * scale.to(s.dtype)
+            return x.transpose(1, 2)
+
+        def run():
+            q = b.query.view(B, s.q_len, s.num_heads, D).transpose(1, 2)
+            return F.scaled_dot_product_attention(
+                q,
+                pages(b.key_cache, b.k_scale),
+                pages(b.value_cache, b.v_scale),
+                attn_mask=bias,
+                is_causal=bias is None and s.q_len > 1,
+                scale=1.0 / math.sqrt(D),
+                enable_gqa=s.num_heads != Hkv,
+            )
+
+        return run
+
+    return Contender([make(b) for b in copies], lambda out: out.transpose(1, 2).reshape(-1, s.num_heads, D))
+
+
+_FLEX: Any = None
+
+
+def _flex(device: torch.device) -> Callable[..., Any]:
+    """flex_attention, compiled on CUDA (eager on CPU: the smoke run exercises the paging only)."""
+    global _FLEX
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if device.type != "cuda":
+        warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+        return flex_attention
+    if _FLEX is None:
+        # one compilation per shape; the default limit (8) would fall back to the unfused eager path
+        for knob in ("recompile_limit", "cache_size_limit"):
+            if hasattr(torch._dynamo.config, knob):
+                setattr(torch._dynamo.config, knob, 256)
+        _FLEX = torch.compile(flex_attention, dynamic=False)
+    return _FLEX
+
+
+def flex_paged(s: Shape, copies: list[PagedBatch], device: torch.device) -> Contender:
+    if s.cache_dtype != s.dtype:
+        raise Unavailable("flex_attention takes q, k and v of one dtype (no fp8 cache)")
+    try:
+        from torch.nn.attention.experimental._paged_attention import PagedAttention
+        from torch.nn.attention.flex_attention import create_block_mask
+    except ImportError as e:
+        raise Unavailable(f"PagedAttention not importable: {e}") from e
+    flex = _flex(device)
+    B, BS, D, blocks = s.batch, s.block_size, s.head_size, math.ceil(s.seq_len / s.block_size)
+    # The kernel tile may not exceed a page (16 keys): flex's prefill kernel does not clamp it.
+    options = {"BLOCK_N": BS} if s.q_len >= 128 else None
+
+    # One page table and block mask for every input copy (they share the block table).
+    b0 = copies[0]
+    nb = b0.key_cache.shape[0]
+    paged = PagedAttention(n_pages=nb, page_size=BS, max_batch_size=B, device=device)
+    table = b0.block_table[:, :blocks].long()
+    paged.page_table[:, :blocks] = table
+    paged.physical_to_logical[torch.arange(B, device=device)[:, None], table] = torch.arange(blocks, device=device)
+    paged.capacity.fill_(blocks * BS)
+    seq_lens = b0.seq_lens.long()
+    context = seq_lens - s.q_len
+
+    def causal(bi, h, q_idx, kv_idx):  # bottom-right aligned, as the contract
+        return (kv_idx <= q_idx + context[bi]) & (kv_idx < seq_lens[bi])
+
+    logical = create_block_mask(causal, B, None, s.q_len, blocks * BS, device=device, BLOCK_SIZE=(128, BS))
+    try:
+        mask = paged.convert_logical_block_mask(logical, torch.arange(B, device=device), kv_len=seq_lens)
+    except TypeError:  # releases without kv_len: the causal mask already bounds the keys
+        mask = paged.convert_logical_block_mask(logical, torch.arange(B, device=device))
+    kwargs = {"kernel_options": options} if options else {}
+
+    def make(b: PagedBatch):
+        # [NB, BS, Hkv, D] viewed as flex's [1, Hkv, NB*BS, D]: physical index = block*BS + offset
+        k = b.key_cache.view(1, nb * BS, s.num_kv_heads, D).transpose(1, 2)
+        v = b.value_cache.view(1, nb * BS, s.num_kv_heads, D).transpose(1, 2)
+
+        def run():
+            q = b.query.view(B, s.q_len, s.num_heads, D).transpose(1, 2)
+            return flex(
+                q, k, v, block_mask=mask, scale=1.0 / math.sqrt(D), enable_gqa=s.num_heads != s.num_kv_heads, **kwargs
+            )
+
+        return run
+
+    return Contender([make(b) for b in copies], lambda out: out.transpose(1, 2).reshape(-1, s.num_heads, D))
+
+
+def flash_attn_4(s: Shape, copies: list[PagedBatch], device: torch.device) -> Contender:
+    if device.type != "cuda":
+        raise Unavailable("needs CUDA")
+    if s.cache_dtype != s.dtype:
+        raise Unavailable("no fp8 KV cache in flash_attn.cute")
+    try:
+        from flash_attn.cute import flash_attn_varlen_func
+    except Exception as e:  # ImportError, or a CuTe DSL that fails to load
+        raise Unavailable(f"flash_attn.cute not importable ({type(e).__name__}: {str(e)[:80]})") from e
+
+    def make(b: PagedBatch):
+        def run():
+            out = flash_attn_varlen_func(
+                b.query,
+                b.key_cache,
+                b.value_cache,
+                cu_seqlens_q=b.query_start_loc,
+                seqused_k=b.seq_lens,
+                max_seqlen_q=s.q_len,
+                max_seqlen_k=s.seq_len,
+                page_table=b.block_table,
+                softmax_scale=1.0 / math.sqrt(s.head_size),
+                causal=True,
+            )
+            return out[0] if isinstance(out, tuple) else out
+
+        return run
+
+    return Contender([make(b) for b in copies], lambda out: out)
+
+
+ATTENTION = {
+    "torch_paged_attn": lambda s, c, d: ours(s, c),
+    "torch_paged_attn[batch-inv]": lambda s, c, d: ours(s, c, batch_invariant=True),
+    "gather+sdpa": lambda s, c, d: gather_sdpa(s, c),
+    "flex_attention(paged)": flex_paged,
+    "flash_attn_4": flash_attn_4,
+}
+
+
+# -- cache update and merge ---------------------------------------------------------------------
+
+
+def cache_update_inputs(s: Shape, device: torch.device, seed: int) -> dict[str, torch.Tensor]:
+    """Prefill-like slots: consecutive within a block, blocks in shuffled order."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    T, BS, Hkv, D = s.tokens, s.block_size, s.num_kv_heads, s.head_size
+    nb = math.ceil(T / BS)
+    blocks = torch.randperm(nb, device=device, generator=g)
+    t = torch.arange(T, device=device)
+    return dict(
+        key=torch.randn(T, Hkv, D, device=device, dtype=s.dtype, generator=g),
+        value=torch.randn(T, Hkv, D, device=device, dtype=s.dtype, generator=g),
+        key_cache=torch.zeros(nb, BS, Hkv, D, device=device, dtype=s.cache_dtype),
+        value_cache=torch.zeros(nb, BS, Hkv, D, device=device, dtype=s.cache_dtype),
+        slot_mapping=blocks[t // BS] * BS + t % BS,
+    )
+
+
+def cache_update(s: Shape, provider: str, copies: list[dict]) -> Contender:
+    for x in copies:  # the check below must see this contender's writes, not an earlier one's
+        x["key_cache"].zero_()
+        x["value_cache"].zero_()
+
+    def make(x):
+        if provider == "torch_paged_attn":
+            return lambda: tpa.reshape_and_cache(
+                x["key"], x["value"], x["key_cache"], x["value_cache"], x["slot_mapping"]
+            )
+
+        def run():
+            flat = (-1, s.num_kv_heads, s.head_size)
+            x["key_cache"].view(flat).index_copy_(0, x["slot_mapping"], x["key"])
+            x["value_cache"].view(flat).index_copy_(0, x["slot_mapping"], x["value"])
+
+        return run
+
+    fns = [make(x) for x in copies]
+    note = H.backend_of(fns[0])[1] if provider == "torch_paged_attn" else ""
+    x = copies[0]
+
+    def stored(_):  # the cache rows the slots name, for the check against the new keys
+        return x["key_cache"].view(-1, s.num_kv_heads, s.head_size)[x["slot_mapping"]]
+
+    return Contender(fns, stored, note)
+
+
+def merge_inputs(s: Shape, device: torch.device, seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator(device=device).manual_seed(seed)
+    T, Hh, D = s.tokens, s.num_heads, s.head_size
+
+    def part():
+        return (
+            torch.randn(T, Hh, D, device=device, dtype=s.dtype, generator=g),
+            torch.randn(T, Hh, device=device, generator=g) * 4,
+        )
+
+    (po, pl), (so, sl) = part(), part()
+    return dict(prefix_out=po, prefix_lse=pl, suffix_out=so, suffix_lse=sl)
+
+
+def merge_reference(x: dict) -> torch.Tensor:
+    m = torch.maximum(x["prefix_lse"], x["suffix_lse"])
+    wp, ws = (x["prefix_lse"] - m).exp(), (x["suffix_lse"] - m).exp()
+    total = wp + ws
+    out = x["prefix_out"].float() * (wp / total)[..., None] + x["suffix_out"].float() * (ws / total)[..., None]
+    return out.to(x["prefix_out"].dtype), m + total.log()
+
+
+def merge(s: Shape, provider: str, copies: list[dict]) -> Contender:
+    def make(x):
+        if provider == "torch_paged_attn":
+            return lambda: tpa.merge_attn_states(
+                x["prefix_out"], x["prefix_lse"], x["suffix_out"], x["suffix_lse"]
+            )[0]
+        return lambda: merge_reference(x)[0]
+
+    fns = [make(x) for x in copies]
+    note = H.backend_of(fns[0])[1] if provider == "torch_paged_attn" else ""
+    return Contender(fns, lambda out: out, note)
+
+
+# -- the run --------------------------------------------------------------------------------------
+
+
+def _selected(name: str, patterns: list[str] | None) -> bool:
+    if not patterns:
+        return True
+    return any(fnmatch.fnmatch(name, p if any(c in p for c in "*?[") else f"*{p}*") for p in patterns)
+
+
+def _reason(e: BaseException) -> str:
+    if isinstance(e, Unavailable):
+        return str(e)
+    first = (str(e).strip().splitlines() or [""])[0]
+    return f"{type(e).__name__}: {first[:160]}"
+
+
+def _max_err(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got.float() - want.float()).abs().max() / want.float().abs().max().clamp_min(1e-6))
+
+
+def run_shape(
+    s: Shape, device: torch.device, copy_gbps: float, quick: bool, providers: list[str] | None
+) -> list[H.Row]:
+    if s.kind in ("decode", "prefill"):
+        nbytes, formula = attention_bytes(s)
+        flops = attention_flops(s) if s.kind == "prefill" else None
+        names = [p for p in ATTENTION if s.kind == "decode" or "batch-inv" not in p]
+        n = H.rotations(nbytes, device)
+        copies = [paged_inputs(s, device, seed) for seed in range(n)]
+        seqs = sorted({0, s.batch - 1})
+        truth = reference_rows(s, copies[0], seqs)
+        rows_of = lambda out: torch.cat([out[i * s.q_len : (i + 1) * s.q_len] for i in seqs])  # noqa: E731
+        want = torch.cat([truth[i] for i in seqs])
+        build = lambda p: ATTENTION[p](s, copies, device)  # noqa: E731
+    elif s.kind == "cache_update":
+        nbytes, formula = cache_update_bytes(s)
+        flops, names = None, ["torch_paged_attn", "torch"]
+        copies = [cache_update_inputs(s, device, seed) for seed in range(H.rotations(nbytes, device))]
+        rows_of, want = (lambda out: out), copies[0]["key"]
+        build = lambda p: cache_update(s, p, copies)  # noqa: E731
+    else:
+        nbytes, formula = merge_bytes(s)
+        flops, names = None, ["torch_paged_attn", "torch"]
+        copies = [merge_inputs(s, device, seed) for seed in range(H.rotations(nbytes, device))]
+        rows_of, want = (lambda out: out), merge_reference(copies[0])[0]
+        build = lambda p: merge(s, p, copies)  # noqa: E731
+
+    rows = []
+    for name in names:
+        if not _selected(name, providers):
+            continue
+        row = H.Row(shape=s.name, provider=name, dtype=str(s.cache_dtype).replace("torch.", ""),
+                    bytes=nbytes, bytes_formula=formula, flops=flops)
+        row.extra.update(kind=s.kind, batch=s.batch, q_len=s.q_len, seq_len=s.seq_len, tokens=s.tokens,
+                         num_heads=s.num_heads, num_kv_heads=s.num_kv_heads, head_size=s.head_size)
+        dead = H.cuda_alive(device)
+        if dead:
+            row.status, row.reason = "n/a", dead
+            rows.append(row)
+            continue
+        H.progress(f"  {s.name}: {name}")
+        try:
+            c = build(name)
+            err = _max_err(rows_of(c.tokens(c.fns[0]())), want)
+            row.extra["max_err"] = err
+            row.fill(H.bench(c.fns, device, quick=quick), copy_gbps)
+            notes = [c.note] if c.note else []
+            if not err < 0.05:  # bf16 outputs over 128-wide dot products: ~1e-2 when right
+                notes.append(f"WRONG RESULT: max rel err {err:.2g}")
+            row.extra["note"] = "; ".join(notes)
+        except Exception as e:  # one contender's failure never stops the run
+            row.status, row.reason = "n/a", _reason(e)
+            row.p20_us = row.p50_us = row.p80_us = None
+        rows.append(row)
+        c = None
+
+    _relate(rows)
+    del copies, build
+    gc.collect()
+    if device.type == "cuda" and H.cuda_alive(device) is None:
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _relate(rows: list[H.Row]) -> None:
+    """Ratios inside one shape: throughput vs FlashAttention-4, batch-invariant cost vs default."""
+    by = {r.provider: r for r in rows if r.status == "ok"}
+    fa4, default = by.get("flash_attn_4"), by.get("torch_paged_attn")
+    for r in rows:
+        if r.status != "ok":
+            continue
+        if fa4 is not None and r.flops is not None:
+            r.vs_fa4 = fa4.p50_us / r.p50_us
+        if r.provider == "torch_paged_attn[batch-inv]" and default is not None:
+            cost = 100.0 * (r.p50_us / default.p50_us - 1.0)
+            r.extra["vs_default_pct"] = cost
+            r.extra["note"] = "; ".join(x for x in (f"{cost:+.1f}% vs default", r.extra.get("note", "")) if x)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", help="comma-separated names or globs (substring match), e.g. decode,merge*")
+    ap.add_argument("--providers", help="comma-separated contender names or globs")
+    ap.add_argument("--quick", action="store_true", help="5 samples per contender instead of 30")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--tiny", action="store_true", help="small stand-in shapes (smoke runs)")
+    ap.add_argument("--out", default=RESULTS, help="directory of the JSON results")
+    args = ap.parse_args(argv)
+    device = H.resolve_device(args.device)
+    if device.type == "cpu" and not args.tiny:
+        ap.error("--device cpu runs only the --tiny stand-in shapes")
+    split = lambda v: [p.strip() for p in v.split(",") if p.strip()] if v else None  # noqa: E731
+    shapes = [tiny(s) if args.tiny else s for s in SHAPES if _selected(s.name, split(args.shapes))]
+    if not shapes:
+        ap.error(f"--shapes {args.shapes!r} matches none of: {', '.join(s.name for s in SHAPES)}")
+
+    meta = H.device_info(device)
+    meta["flash_attn_4"] = H.package_version("flash_attn", "flash-attn-4") if device.type == "cuda" else None
+    meta["args"] = vars(args)
+    H.progress(f"device: {meta['gpu']}  torch {meta['torch']}  triton {meta['triton']}")
+    copy_gbps, copy_t = H.copy_bandwidth(device, quick=args.quick)
+    meta["copy_gbps"] = copy_gbps
+    meta["copy_us"] = copy_t.p50_us
+    print(f"copy bandwidth: {copy_gbps:.0f} GB/s (read + write, median of {copy_t.samples})")
+    path = H.json_path("paged_attention", meta, args.out)
+
+    rows: list[H.Row] = []
+    for s in shapes:
+        H.progress(f"{s.name} ...")
+        try:
+            shape_rows = run_shape(s, device, copy_gbps, args.quick, split(args.providers))
+        except Exception as e:  # building the inputs failed (out of memory, say): the run goes on
+            shape_rows = [H.Row(shape=s.name, provider="*", dtype=str(s.cache_dtype).replace("torch.", ""),
+                                status="n/a", reason=f"inputs: {_reason(e)}")]
+        rows.extend(shape_rows)
+        best = [r for r in shape_rows if r.status == "ok" and r.pct_copy is not None]
+        summary = ", ".join(f"{r.provider} {r.pct_copy:.0f}%" for r in best)
+        H.progress(f"{s.name}: {summary or 'no result'}")
+        H.write_json(path, "paged_attention", rows, meta)
+    H.print_table(rows, f"paged attention ({meta['gpu']}, copy bandwidth {copy_gbps:.0f} GB/s)")
+    print(f"\nJSON: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

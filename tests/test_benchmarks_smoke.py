@@ -1,0 +1,151 @@
+"""The benchmark scripts on CPU with tiny stand-in shapes: they run end to end, every contender
+either measures or says why not, and the JSON rows are well formed. Timing figures are not
+checked (a CPU says nothing about a GPU); their presence and order are."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+# One shape of each kind and code path: decode (GQA, every contender), fp8 cache (contenders that
+# decline it), chunked prefill (causal offset, flops), cache update, merge.
+SMOKE_SHAPES = "decode_B64_ctx4096,decode_fp8*,chunked_prefill*,cache_update_T256,merge*"
+ROW_KEYS = {
+    "shape", "provider", "dtype", "status", "reason", "p20_us", "p50_us", "p80_us", "bytes",
+    "bytes_formula", "gbps", "pct_copy", "flops", "tflops", "vs_fa4", "timing", "rotations",
+    "calls_per_sample", "samples", "extra",
+}
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> dict:
+    """One in-process run of ``paged_attention.py --device cpu --tiny --quick`` (a subprocess
+    would pay the torch import again: half of this test's time)."""
+    out = tmp_path_factory.mktemp("bench")
+    argv = ["--device", "cpu", "--tiny", "--quick", "--shapes", SMOKE_SHAPES, "--out", str(out)]
+    stdout, stderr = io.StringIO(), io.StringIO()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny shapes: more threads only add synchronisation
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            assert _load("paged_attention").main(argv) == 0
+    finally:
+        torch.set_num_threads(threads)
+    files = list(out.glob("paged_attention-*.json"))
+    assert len(files) == 1, files
+    doc = json.loads(files[0].read_text())
+    doc["_stdout"], doc["_stderr"] = stdout.getvalue(), stderr.getvalue()
+    return doc
+
+
+def test_header(results):
+    for key in ("gpu", "torch", "triton", "date", "copy_gbps", "rows"):
+        assert key in results, key
+    assert results["copy_gbps"] > 0
+    assert results["torch"] == torch.__version__
+    assert "copy bandwidth" in results["_stdout"]
+
+
+def test_rows_cover_every_shape_and_contender(results):
+    got = {(r["shape"], r["provider"]) for r in results["rows"]}
+    attention = {"torch_paged_attn", "gather+sdpa", "flex_attention(paged)", "flash_attn_4"}
+    expected = set()
+    for shape in ("decode_B64_ctx4096", "decode_fp8_B64_ctx4096"):
+        expected |= {(shape, p) for p in attention | {"torch_paged_attn[batch-inv]"}}
+    expected |= {("chunked_prefill_B4_q512_ctx4096", p) for p in attention}
+    for shape in ("cache_update_T256", "merge_T8192_H32_D128"):
+        expected |= {(shape, "torch_paged_attn"), (shape, "torch")}
+    assert got == expected
+    for r in results["rows"]:  # a progress line per shape and contender on stderr
+        assert f"{r['shape']}: {r['provider']}" in results["_stderr"]
+
+
+def test_rows_well_formed(results):
+    by = {(r["shape"], r["provider"]): r for r in results["rows"]}
+    for r in results["rows"]:
+        assert set(r) == ROW_KEYS, set(r) ^ ROW_KEYS
+        assert r["bytes"] > 0 and r["bytes_formula"]
+        if r["status"] != "ok":
+            assert r["status"] == "n/a" and r["reason"], r
+            continue
+        assert 0 < r["p20_us"] <= r["p50_us"] <= r["p80_us"], r
+        assert math.isclose(r["gbps"], r["bytes"] / r["p50_us"] / 1e3, rel_tol=1e-9)
+        assert math.isclose(r["pct_copy"], 100 * r["gbps"] / results["copy_gbps"], rel_tol=1e-9)
+        assert r["timing"] == "wall" and r["samples"] == 5
+        assert r["extra"]["max_err"] < 0.05, r  # every contender computes the same attention
+        if r["extra"]["kind"] == "prefill":
+            assert r["flops"] > 0 and r["tflops"] > 0
+    # contenders that cannot run here, and why
+    assert by[("decode_B64_ctx4096", "flash_attn_4")]["reason"] == "needs CUDA"
+    assert "fp8" in by[("decode_fp8_B64_ctx4096", "flex_attention(paged)")]["reason"]
+    assert by[("decode_B64_ctx4096", "flex_attention(paged)")]["status"] == "ok"
+    assert by[("decode_B64_ctx4096", "torch_paged_attn")]["extra"]["note"] == "backend: reference"
+
+
+def test_byte_and_flop_formulas():
+    pa = _load("paged_attention")
+    s = pa.Shape("decode_B64_ctx4096", "decode", batch=64, seq_len=4096)
+    nbytes, _ = pa.attention_bytes(s)
+    assert nbytes == 64 * 4096 * 8 * 256 * 2 + 2 * 64 * 32 * 128 * 2
+    fp8 = pa.Shape("x", "decode", batch=64, seq_len=4096, cache_dtype=torch.float8_e4m3fn)
+    assert pa.attention_bytes(fp8)[0] == 64 * 4096 * 8 * 256 + 2 * 64 * 32 * 128 * 2
+    prefill = pa.Shape("p", "prefill", batch=1, q_len=3, seq_len=5)  # rows see 3, 4, 5 keys
+    assert pa.attention_flops(prefill) == (3 + 4 + 5) * 32 * 2 * 256
+    assert pa.merge_bytes(pa.Shape("m", "merge", tokens=2, num_heads=3))[0] == 3 * 2 * 3 * (128 * 2 + 4)
+
+
+def test_harness_helpers(tmp_path):
+    H = _load("_harness")
+    assert H.percentile([4.0, 1.0, 3.0, 2.0, 5.0], 50) == 3.0
+    assert H.percentile([1.0, 2.0], 20) == pytest.approx(1.2)
+    assert H.rotations(10, torch.device("cpu")) == 1
+    t = H.Timing(1.0, 2.0, 4.0, "wall", 5, 1, 1)
+    row = H.Row("s", "p", "bfloat16", bytes=2000, flops=4000).fill(t, copy_gbps=2.0)
+    assert row.gbps == pytest.approx(1.0) and row.pct_copy == pytest.approx(50.0)
+    assert row.tflops == pytest.approx(2e-3)  # 4000 flop in 2 us
+    bad = H.Row("s", "q", "bfloat16", p50_us=float("nan"), extra={"x": float("inf")})
+    meta = {"gpu": "Some GPU / 80GB"}
+    path = H.json_path("bench", meta, str(tmp_path))
+    assert os.path.basename(path).startswith("bench-Some-GPU-80GB-")
+    H.write_json(path, "bench", [row, bad], meta)
+    doc = json.loads(Path(path).read_text())  # strict JSON: NaN and inf became null
+    assert doc["rows"][1]["p50_us"] is None and doc["rows"][1]["extra"]["x"] is None
+    assert H.json_path("bench", meta, str(tmp_path)) != path  # a second run keeps the first
+
+
+def test_overhead_cpu(tmp_path, capsys):
+    overhead = _load("overhead")
+    assert overhead.main(["--device", "cpu", "--quick", "--calls", "5", "--out", str(tmp_path)]) == 0
+    doc = json.loads(next(tmp_path.glob("overhead-*.json")).read_text())
+    ops = {r["provider"]: r for r in doc["rows"]}
+    assert {"paged_attention", "reshape_and_cache", "merge_attn_states"} <= set(ops)
+    for r in ops.values():
+        assert r["status"] == "ok", r
+        assert r["extra"]["wall_us"] > 0
+
+
+def test_plot(results, tmp_path):
+    pytest.importorskip("matplotlib")
+    plot = _load("plot")
+    doc = {k: v for k, v in results.items() if not k.startswith("_")}
+    assert set(plot.series(doc)) >= {"torch_paged_attn", "gather+sdpa", "torch_paged_attn fp8"}
+    png = tmp_path / "plot.png"
+    assert plot.plot(doc, str(png)) and png.stat().st_size > 0
