@@ -1,0 +1,188 @@
+"""The Triton merge_attn_states kernel against the reference backend.
+
+The truth is the reference merge evaluated in float64; the tolerance comes from the reference's
+own error in the working precision (``assert_close``). LSEs mix finite values with -inf and +inf
+(an empty part), including rows where both parts are empty (0 and -inf), and the output rows of
+empty parts hold NaN, which must not leak. Outputs are poisoned with NaN before the kernel writes
+them; inputs, outputs and LSEs are also tested as strided views.
+
+Two tiers: the interpreter tier (``TRITON_INTERPRET=1``, CPU tensors, tiny shapes) and the GPU
+tier (CUDA: larger shapes, CUDA-graph replay, torch.compile through the public ops, no host
+synchronisation).
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+import torch_paged_attn  # noqa: E402,F401  (registers the ops)
+from torch_paged_attn.lowering import reference  # noqa: E402
+from torch_paged_attn.lowering.triton import merge  # noqa: E402
+from torch_paged_attn.testing import assert_close  # noqa: E402
+
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+_CUDA = torch.cuda.is_available() and not _INTERPRET
+interpreter_tier = pytest.mark.skipif(not _INTERPRET, reason="needs TRITON_INTERPRET=1")
+gpu_tier = pytest.mark.skipif(not _CUDA, reason="needs CUDA (and TRITON_INTERPRET unset)")
+
+INF = float("inf")
+_SHORT = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+@dataclass(frozen=True)
+class MergeCase:
+    num_tokens: int
+    num_heads: int
+    head_size: int
+    dtype: torch.dtype = torch.bfloat16
+    with_lse: bool = True
+    strided: bool = False  # outputs sliced from wider buffers, LSEs stored head-major [H, T]
+
+    @property
+    def id(self) -> str:
+        s = f"T{self.num_tokens}_H{self.num_heads}_D{self.head_size}_{_SHORT[self.dtype]}"
+        s += "" if self.with_lse else "_nolse"
+        return s + ("_strided" if self.strided else "")
+
+
+SMALL = [
+    MergeCase(13, 3, 32, torch.float32),
+    MergeCase(13, 3, 32, torch.bfloat16, strided=True),
+    MergeCase(9, 4, 80, torch.float16),
+    MergeCase(9, 2, 64, torch.float32, with_lse=False, strided=True),
+]
+LARGE = [
+    MergeCase(8192, 32, 128, torch.bfloat16),
+    MergeCase(1000, 16, 256, torch.float16, strided=True),
+    MergeCase(777, 5, 96, torch.float32),
+    MergeCase(300, 128, 512, torch.bfloat16, with_lse=False),
+]
+
+
+def _out_tensor(shape: tuple[int, int, int], dtype: torch.dtype, strided: bool, device: str) -> torch.Tensor:
+    """NaN-filled ``[T, H, D]``; strided: a slice of a ``[T, H, D + 24]`` buffer."""
+    t, h, d = shape
+    pad = 24 if strided else 0
+    return torch.full((t, h, d + pad), float("nan"), dtype=dtype, device=device)[..., pad:]
+
+
+def _lse_tensor(t: int, h: int, strided: bool, device: str) -> torch.Tensor:
+    """NaN-filled ``[T, H]`` float32; strided: the transpose of an ``[H, T]`` buffer."""
+    if strided:
+        return torch.full((h, t), float("nan"), device=device).t()
+    return torch.full((t, h), float("nan"), device=device)
+
+
+def merge_inputs(case: MergeCase, device: str, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    shape = (case.num_tokens, case.num_heads, case.head_size)
+    lses = []
+    for _ in range(2):
+        lse = torch.randn(shape[:2], generator=g) * 4
+        # 1 in 8 rows empty (-inf), 1 in 16 empty written as +inf
+        kind = torch.randint(0, 16, shape[:2], generator=g)
+        lse = torch.where(kind < 2, -INF, lse)
+        lse = torch.where(kind == 2, INF, lse)
+        lses.append(lse)
+    lp, ls = lses
+    # make sure rows where both parts are empty occur, in every combination of signs
+    lp[0, 0], ls[0, 0] = -INF, -INF
+    lp[-1, -1], ls[-1, -1] = INF, -INF
+    lp[1, 0], ls[1, 0] = INF, INF
+    outs = []
+    for lse in (lp, ls):
+        o = torch.randn(shape, generator=g).to(case.dtype)
+        o[torch.isinf(lse)] = float("nan")  # an empty part's output is garbage
+        outs.append(o)
+    po, so = outs
+    args = []
+    for o, lse in ((po, lp), (so, ls)):
+        o_dev = _out_tensor(shape, case.dtype, case.strided, device)
+        o_dev.copy_(o)
+        l_dev = _lse_tensor(case.num_tokens, case.num_heads, case.strided, device)
+        l_dev.copy_(lse)
+        args += [o_dev, l_dev]
+    return args
+
+
+def check_merge(case: MergeCase, device: str, seed: int) -> None:
+    po, lp, so, ls = merge_inputs(case, device, seed)
+    out = _out_tensor(tuple(po.shape), case.dtype, case.strided, device)
+    lse = _lse_tensor(case.num_tokens, case.num_heads, case.strided, device) if case.with_lse else None
+    merge.merge_attn_states(po, lp, so, ls, out, lse)
+    truth_out, truth_lse = reference.merge(po.double(), lp.double(), so.double(), ls.double())
+    ref_out, ref_lse = reference.merge(po, lp, so, ls)
+    assert_close(out, truth_out, dtype=case.dtype, reference=ref_out, name="out")
+    if lse is not None:
+        assert_close(lse, truth_lse, dtype=torch.float32, reference=ref_lse, name="lse")
+        assert (lse.cpu() == -INF).any(), "the case has no row with both parts empty"
+    both_empty = torch.isinf(lp) & torch.isinf(ls)
+    assert (out[both_empty] == 0).all(), "both parts empty must give 0"
+
+
+@interpreter_tier
+@pytest.mark.parametrize("case", SMALL, ids=lambda c: c.id)
+def test_merge_interpreted(case: MergeCase) -> None:
+    check_merge(case, "cpu", seed=zlib.crc32(case.id.encode()))
+
+
+@gpu_tier
+@pytest.mark.parametrize("case", SMALL + LARGE, ids=lambda c: c.id)
+def test_merge_cuda(case: MergeCase) -> None:
+    check_merge(case, "cuda", seed=zlib.crc32(case.id.encode()))
+
+
+@gpu_tier
+def test_merge_cuda_graph_replay_and_no_host_sync() -> None:
+    """Capture once (under sync-debug "error"), refill the inputs in place, replay."""
+    case = MergeCase(512, 8, 128, torch.bfloat16)
+    po, lp, so, ls = merge_inputs(case, "cuda", seed=1)
+    out = _out_tensor(tuple(po.shape), case.dtype, False, "cuda")
+    lse = _lse_tensor(case.num_tokens, case.num_heads, False, "cuda")
+    merge.merge_attn_states(po, lp, so, ls, out, lse)  # compile outside capture
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        merge.merge_attn_states(po, lp, so, ls, out, lse)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            merge.merge_attn_states(po, lp, so, ls, out, lse)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for seed in (2, 3):
+        for dst, src in zip((po, lp, so, ls), merge_inputs(case, "cuda", seed=seed)):
+            dst.copy_(src)
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        graph.replay()
+        truth_out, truth_lse = reference.merge(po.double(), lp.double(), so.double(), ls.double())
+        ref_out, ref_lse = reference.merge(po, lp, so, ls)
+        assert_close(out, truth_out, dtype=case.dtype, reference=ref_out, name=f"replay {seed}: out")
+        assert_close(lse, truth_lse, dtype=torch.float32, reference=ref_lse, name=f"replay {seed}: lse")
+
+
+@gpu_tier
+def test_merge_ops_compiled() -> None:
+    """torch.compile(fullgraph=True) over the public functional and _out ops."""
+    case = MergeCase(256, 8, 128, torch.float16)
+    po, lp, so, ls = merge_inputs(case, "cuda", seed=4)
+    out = _out_tensor(tuple(po.shape), case.dtype, False, "cuda")
+
+    def step(po, lp, so, ls, out):
+        o, s = torch.ops.paged_attn.merge_attn_states(po, lp, so, ls)
+        torch.ops.paged_attn.merge_attn_states_out(po, lp, so, ls, out, None)
+        return o, s
+
+    o, s = torch.compile(step, fullgraph=True)(po, lp, so, ls, out)
+    truth_out, truth_lse = reference.merge(po.double(), lp.double(), so.double(), ls.double())
+    ref_out, ref_lse = reference.merge(po, lp, so, ls)
+    for name, got in (("functional out", o), ("_out out", out)):
+        assert_close(got, truth_out, dtype=case.dtype, reference=ref_out, name=name)
+    assert_close(s, truth_lse, dtype=torch.float32, reference=ref_lse, name="lse")
