@@ -40,11 +40,26 @@ def _load(name: str) -> ModuleType | None:
         return None
 
 
+_CHOICES: dict[tuple, ModuleType] = {}
+
+
 def select(op: str, facts: dict[str, Any]) -> ModuleType:
     """The module whose function named ``op`` runs a call described by ``facts``.
 
     ``facts["device"]`` is the device type ("cpu", "cuda", ...). Off CUDA the reference runs.
+    Facts are static, so each distinct call signature is decided once and remembered.
     """
+    key = (op, *facts.items())
+    try:
+        choice = _CHOICES.get(key)
+    except TypeError:  # symbolic sizes while tracing with dynamic shapes are not hashable
+        return _choose(op, facts)
+    if choice is None:
+        choice = _CHOICES[key] = _choose(op, facts)
+    return choice
+
+
+def _choose(op: str, facts: dict[str, Any]) -> ModuleType:
     if facts.get("device") == "cuda":
         for name in _CUDA_BACKENDS:
             backend = _load(name)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torch.library import triton_op
 
 from .. import lowering
 from ._checks import (
@@ -19,7 +18,7 @@ from ._checks import (
     check_arg_types,
     debug_checks_enabled,
 )
-from ._library import mutated, qualname
+from ._library import declare
 
 
 def _check_slots(c: Checker, slot_mapping: Tensor, num_rows: int, num_slots: int, rows_arg: str) -> None:
@@ -38,7 +37,7 @@ def _check_slots(c: Checker, slot_mapping: Tensor, num_rows: int, num_slots: int
 # -- reshape_and_cache ------------------------------------------------------------------------
 
 
-@triton_op(qualname("reshape_and_cache"), mutates_args=mutated("reshape_and_cache"))
+@declare("reshape_and_cache")
 def _reshape_and_cache(
     key: Tensor,
     value: Tensor,
@@ -122,13 +121,13 @@ def reshape_and_cache(
         _RESHAPE_TYPES,
         (key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale),
     )
-    torch.ops.paged_attn.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
+    _reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
 
 
 # -- concat_and_cache_mla ---------------------------------------------------------------------
 
 
-@triton_op(qualname("concat_and_cache_mla"), mutates_args=mutated("concat_and_cache_mla"))
+@declare("concat_and_cache_mla")
 def _concat_and_cache_mla(
     kv_c: Tensor,
     k_pe: Tensor,
@@ -193,13 +192,13 @@ def concat_and_cache_mla(
         True
     """
     check_arg_types("concat_and_cache_mla", _CONCAT_TYPES, (kv_c, k_pe, kv_cache, slot_mapping, scale))
-    torch.ops.paged_attn.concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, scale)
+    _concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, scale)
 
 
 # -- gather_cache -----------------------------------------------------------------------------
 
 
-@triton_op(qualname("gather_cache"), mutates_args=mutated("gather_cache"))
+@declare("gather_cache")
 def _gather_cache(
     kv_cache: Tensor,
     block_table: Tensor,
@@ -305,4 +304,4 @@ def gather_cache(
     check_arg_types(
         "gather_cache", _GATHER_TYPES, (kv_cache, block_table, cu_seq_lens, out, seq_starts, scale)
     )
-    torch.ops.paged_attn.gather_cache(kv_cache, block_table, cu_seq_lens, seq_starts, out, scale)
+    _gather_cache(kv_cache, block_table, cu_seq_lens, seq_starts, out, scale)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torch.library import triton_op
 
 from .. import lowering
 from ._checks import FLOAT_DTYPES, Checker, arg_types, check_arg_types
-from ._library import mutated, qualname
+from ._library import declare
 
 
 def _check_merge(
@@ -34,7 +33,7 @@ def _facts(prefix_out: Tensor, lse: Tensor | None) -> dict:
     }
 
 
-@triton_op(qualname("merge_attn_states"), mutates_args=mutated("merge_attn_states"))
+@declare("merge_attn_states")
 def _merge_attn_states(
     prefix_out: Tensor, prefix_lse: Tensor, suffix_out: Tensor, suffix_lse: Tensor
 ) -> tuple[Tensor, Tensor]:
@@ -46,7 +45,7 @@ def _merge_attn_states(
     return out, lse
 
 
-@triton_op(qualname("merge_attn_states_out"), mutates_args=mutated("merge_attn_states_out"))
+@declare("merge_attn_states_out")
 def _merge_attn_states_out(
     prefix_out: Tensor,
     prefix_lse: Tensor,
@@ -105,7 +104,7 @@ def merge_attn_states(
     check_arg_types(
         "merge_attn_states", _MERGE_TYPES, (prefix_out, prefix_lse, suffix_out, suffix_lse)
     )
-    return torch.ops.paged_attn.merge_attn_states(prefix_out, prefix_lse, suffix_out, suffix_lse)
+    return _merge_attn_states(prefix_out, prefix_lse, suffix_out, suffix_lse)
 
 
 def merge_attn_states_out(
@@ -122,4 +121,4 @@ def merge_attn_states_out(
         _MERGE_OUT_TYPES,
         (prefix_out, prefix_lse, suffix_out, suffix_lse, out, lse),
     )
-    torch.ops.paged_attn.merge_attn_states_out(prefix_out, prefix_lse, suffix_out, suffix_lse, out, lse)
+    _merge_attn_states_out(prefix_out, prefix_lse, suffix_out, suffix_lse, out, lse)

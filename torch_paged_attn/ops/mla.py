@@ -6,7 +6,6 @@ import math
 
 import torch
 from torch import Tensor
-from torch.library import triton_op
 
 from .. import lowering
 from ._checks import (
@@ -19,7 +18,7 @@ from ._checks import (
     debug_check_batch,
     debug_checks_enabled,
 )
-from ._library import mutated, qualname
+from ._library import declare
 
 
 def _check_mla_decode(
@@ -58,7 +57,7 @@ def _check_mla_decode(
         debug_check_batch(c, block_table, seq_lens, query_start_loc, num_tokens, num_blocks, block_size)
 
 
-@triton_op(qualname("mla_decode"), mutates_args=mutated("mla_decode"))
+@declare("mla_decode")
 def _mla_decode(
     q_latent: Tensor,
     q_rope: Tensor,
@@ -152,7 +151,7 @@ def mla_decode(
         _MLA_TYPES,
         (q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, scale, causal, kv_scale),
     )
-    return torch.ops.paged_attn.mla_decode(
+    return _mla_decode(
         q_latent,
         q_rope,
         kv_cache,

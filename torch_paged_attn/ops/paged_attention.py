@@ -7,7 +7,6 @@ import math
 
 import torch
 from torch import Tensor
-from torch.library import triton_op
 
 from .. import lowering
 from ._checks import (
@@ -20,7 +19,7 @@ from ._checks import (
     debug_check_batch,
     debug_checks_enabled,
 )
-from ._library import mutated, qualname
+from ._library import declare
 
 
 def _check_paged_attention(
@@ -117,7 +116,7 @@ def _run(
     )
 
 
-@triton_op(qualname("paged_attention"), mutates_args=mutated("paged_attention"))
+@declare("paged_attention")
 def _paged_attention(
     query: Tensor,
     key_cache: Tensor,
@@ -161,7 +160,7 @@ def _paged_attention(
     return out, lse
 
 
-@triton_op(qualname("paged_attention_out"), mutates_args=mutated("paged_attention_out"))
+@declare("paged_attention_out")
 def _paged_attention_out(
     query: Tensor,
     key_cache: Tensor,
@@ -324,7 +323,7 @@ def paged_attention(
          causal, window_left, window_right, softcap, alibi_slopes, sinks, k_scale, v_scale,
          attention_chunk_size, max_query_len),
     )
-    return torch.ops.paged_attn.paged_attention(
+    return _paged_attention(
         query,
         key_cache,
         value_cache,
@@ -381,7 +380,7 @@ def paged_attention_out(
          causal, window_left, window_right, softcap, alibi_slopes, sinks, k_scale, v_scale,
          attention_chunk_size, max_query_len),
     )
-    torch.ops.paged_attn.paged_attention_out(
+    _paged_attention_out(
         query,
         key_cache,
         value_cache,

@@ -25,8 +25,10 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
 from torch import Tensor
-from torch.library import wrap_triton
+
+from ._launch import launch
 
 _FLOAT = (torch.bfloat16, torch.float16, torch.float32)
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -276,7 +278,7 @@ def reshape_and_cache(
     fp8 = key_cache.dtype in _FP8
     block_r = _rows_per_tile(max(head_size, head_size_v))
     grid = (triton.cdiv(num_tokens * num_heads, block_r),)
-    wrap_triton(_cache_write_kernel)[grid](
+    launch(_cache_write_kernel, grid, key_cache)(
         a_ptr=key,
         b_ptr=value,
         slot_mapping_ptr=slot_mapping,
@@ -330,7 +332,7 @@ def concat_and_cache_mla(
     fp8 = kv_cache.dtype in _FP8
     block_r = _rows_per_tile(max(latent, rope))
     grid = (triton.cdiv(num_tokens, block_r),)
-    wrap_triton(_cache_write_kernel)[grid](
+    launch(_cache_write_kernel, grid, kv_cache)(
         a_ptr=kv_c,
         b_ptr=k_pe,
         slot_mapping_ptr=slot_mapping,
@@ -474,7 +476,7 @@ def gather_cache(
     fp8 = kv_cache.dtype in _FP8
     block_r = _rows_per_tile(head_size)
     grid = (triton.cdiv(num_out_rows * num_heads, block_r),)
-    wrap_triton(_gather_cache_kernel)[grid](
+    launch(_gather_cache_kernel, grid, out)(
         kv_cache_ptr=kv_cache,
         block_table_ptr=block_table,
         cu_seq_lens_ptr=cu_seq_lens,

@@ -18,8 +18,10 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
 from torch import Tensor
-from torch.library import wrap_triton
+
+from ._launch import launch
 
 _FLOAT = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -115,7 +117,7 @@ def merge_attn_states(
     block_d = triton.next_power_of_2(head_size)
     block_r = max(1, _TILE_ELEMENTS // block_d)
     grid = (triton.cdiv(num_rows, block_r),)
-    wrap_triton(_merge_attn_states_kernel)[grid](
+    launch(_merge_attn_states_kernel, grid, out)(
         prefix_out_ptr=prefix_out,
         prefix_lse_ptr=prefix_lse,
         suffix_out_ptr=suffix_out,
