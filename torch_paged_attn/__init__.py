@@ -23,6 +23,7 @@ Module responsibilities (the path of one call, top to bottom)::
 """
 
 from . import ops
+from ._config import batch_invariant, is_batch_invariant, set_batch_invariant
 from .ops import (
     concat_and_cache_mla,
     gather_cache,
@@ -37,6 +38,9 @@ from .ops import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "batch_invariant",
+    "is_batch_invariant",
+    "set_batch_invariant",
     "concat_and_cache_mla",
     "gather_cache",
     "merge_attn_states",

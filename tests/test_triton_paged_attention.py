@@ -1,0 +1,585 @@
+"""The Triton paged attention kernels against the reference backend.
+
+The truth is the reference evaluated on the float32 upcast of the query (the reference computes
+in float32 whatever the input, and ``tests/test_reference.py`` checks it against a float64 loop);
+the budget is the reference's own error in the working precision (``assert_close``). Outputs and
+LSEs are poisoned with NaN before the kernel writes them; caches hold NaN in every slot no
+sequence covers and garbage past each sequence's used blocks (``make_paged_batch``).
+
+Two tiers: the interpreter tier (``TRITON_INTERPRET=1``, CPU tensors, tiny shapes, every feature
+once) and the GPU tier (CUDA: the feature grid, a seeded fuzz of 2,000 configurations,
+batch-invariant bitwise equality, CUDA-graph replay, no host synchronisation, planted bad block
+ids, the public op under torch.compile).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import zlib
+from dataclasses import dataclass, replace
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+import torch_paged_attn  # noqa: E402  (registers the ops)
+from torch_paged_attn import _config  # noqa: E402
+from torch_paged_attn.lowering import reference  # noqa: E402
+from torch_paged_attn.lowering.triton import paged_attention as tpa  # noqa: E402
+from torch_paged_attn.testing import PagedBatch, assert_close, make_paged_batch  # noqa: E402
+
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+_CUDA = torch.cuda.is_available() and not _INTERPRET
+interpreter_tier = pytest.mark.skipif(not _INTERPRET, reason="needs TRITON_INTERPRET=1")
+gpu_tier = pytest.mark.skipif(not _CUDA, reason="needs CUDA (and TRITON_INTERPRET unset)")
+
+_SHORT = {
+    torch.float32: "fp32",
+    torch.bfloat16: "bf16",
+    torch.float16: "fp16",
+    torch.float8_e4m3fn: "e4m3",
+    torch.float8_e5m2: "e5m2",
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    q_lens: tuple[int, ...]
+    kv_lens: tuple[int, ...]
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    head_size: int = 32
+    head_size_v: int | None = None
+    block_size: int = 16
+    dtype: torch.dtype = torch.bfloat16
+    cache_dtype: torch.dtype | None = None
+    causal: bool = True
+    window: tuple[int, int] = (-1, -1)
+    softcap: float = 0.0
+    alibi: bool = False
+    sinks: bool = False
+    chunk: int = 0
+    with_lse: bool = True
+    pad_tokens: int = 0
+    strided: str = ""  # "" | "cross_layer" (caches sliced from [NB, 2, ...]) | "hnd" (permuted)
+    split_tokens: int | None = None  # force split-KV at multiples of this many keys
+    hint: bool = False  # pass max_query_len = max(q_lens)
+
+    @property
+    def id(self) -> str:
+        b = len(self.q_lens)
+        s = f"B{b}_q{max(self.q_lens, default=0)}_kv{max(self.kv_lens, default=0)}"
+        s += f"_Hq{self.num_heads}_Hkv{self.num_kv_heads}_D{self.head_size}"
+        if self.head_size_v is not None:
+            s += f"_Dv{self.head_size_v}"
+        s += f"_bs{self.block_size}_{_SHORT[self.dtype]}"
+        if self.cache_dtype is not None:
+            s += f"_{_SHORT[self.cache_dtype]}"
+        s += "" if self.causal else "_noncausal"
+        s += f"_win{self.window[0]}.{self.window[1]}" if self.window != (-1, -1) else ""
+        s += f"_cap{self.softcap:g}" if self.softcap else ""
+        s += "_alibi" if self.alibi else ""
+        s += "_sinks" if self.sinks else ""
+        s += f"_chunk{self.chunk}" if self.chunk else ""
+        s += "" if self.with_lse else "_nolse"
+        s += f"_pad{self.pad_tokens}" if self.pad_tokens else ""
+        s += f"_{self.strided}" if self.strided else ""
+        s += f"_split{self.split_tokens}" if self.split_tokens else ""
+        return s
+
+
+def _strided_cache(cache: torch.Tensor, layout: str) -> torch.Tensor:
+    """The same values as a strided view: a layer of a cross-layer cache, or an HND permutation.
+    Slots outside the view hold NaN, so a stride mistake shows."""
+    nb, bs, h, d = cache.shape
+    bits = cache.view(torch.uint8) if cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2) else cache
+    if layout == "cross_layer":
+        buf = torch.full((nb, 2, bs, h, d), float("nan"), dtype=bits.dtype, device=cache.device)
+        if bits.dtype == torch.uint8:
+            buf.fill_(0x7F)
+        view = buf[:, 1]
+    else:
+        buf = torch.empty((nb, h, bs, d), dtype=bits.dtype, device=cache.device)
+        view = buf.permute(0, 2, 1, 3)
+    view.copy_(bits)
+    return view.view(cache.dtype) if bits is not cache else view
+
+
+def make_inputs(case: Case, device: str, seed: int) -> tuple[PagedBatch, dict]:
+    batch = make_paged_batch(
+        list(case.q_lens),
+        list(case.kv_lens),
+        num_heads=case.num_heads,
+        num_kv_heads=case.num_kv_heads,
+        head_size=case.head_size,
+        head_size_v=case.head_size_v,
+        block_size=case.block_size,
+        dtype=case.dtype,
+        cache_dtype=case.cache_dtype,
+        device=device,
+        pad_tokens=case.pad_tokens,
+        seed=seed,
+    )
+    if case.strided:
+        batch.key_cache = _strided_cache(batch.key_cache, case.strided)
+        batch.value_cache = _strided_cache(batch.value_cache, case.strided)
+    g = torch.Generator().manual_seed(seed + 1)
+    options = dict(
+        scale=float(0.5 + torch.rand(1, generator=g)) / case.head_size**0.5,
+        causal=case.causal,
+        window_left=case.window[0],
+        window_right=case.window[1],
+        softcap=case.softcap,
+        alibi_slopes=(torch.rand(case.num_heads, generator=g) * 0.3).to(device) if case.alibi else None,
+        sinks=(torch.randn(case.num_heads, generator=g) * 2).to(device) if case.sinks else None,
+        k_scale=batch.k_scale,
+        v_scale=batch.v_scale,
+        attention_chunk_size=case.chunk,
+    )
+    return batch, options
+
+
+def run_triton(batch: PagedBatch, options: dict, *, with_lse=True, strided_out=False, **kw):
+    """The Triton backend into NaN-poisoned ``out`` / ``lse`` (``out`` optionally a strided view)."""
+    t, hq, _ = batch.query.shape
+    dv = batch.value_cache.shape[-1]
+    pad = 24 if strided_out else 0
+    out = torch.full((t, hq, dv + pad), float("nan"), dtype=batch.query.dtype, device=batch.query.device)
+    out = out[..., pad:]
+    lse = torch.full((t, hq), float("nan"), device=batch.query.device) if with_lse else None
+    tpa.paged_attention(*batch.args(), out, lse, **options, **kw)
+    return out, lse
+
+
+def check_against_reference(batch: PagedBatch, options: dict, out, lse, dtype: torch.dtype) -> None:
+    truth_out, truth_lse = reference.attention(batch.query.float(), *batch.args()[1:], **options)
+    ref_out, ref_lse = reference.attention(*batch.args(), **options)
+    assert_close(out, truth_out, dtype=dtype, reference=ref_out, name="out")
+    if lse is not None:
+        assert_close(lse, truth_lse, dtype=dtype, reference=ref_lse, name="lse")
+
+
+def check_case(case: Case, device: str) -> None:
+    seed = zlib.crc32(case.id.encode())
+    batch, options = make_inputs(case, device, seed)
+    if case.strided:  # a strided query/out too: a slice of a fused QKV projection
+        t, hq, d = batch.query.shape
+        wide = torch.full((t, hq, d + 8), float("nan"), dtype=case.dtype, device=device)
+        wide[..., 8:] = batch.query
+        batch.query = wide[..., 8:]
+    hint = max(case.q_lens) if case.hint else -1
+    out, lse = run_triton(
+        batch,
+        options,
+        with_lse=case.with_lse,
+        strided_out=bool(case.strided),
+        max_query_len=hint,
+        split_tokens=case.split_tokens,
+    )
+    check_against_reference(batch, options, out, lse, case.dtype)
+
+
+# -- interpreter tier: tiny shapes, every feature at least once ------------------------------
+BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
+SMALL = [
+    # mixed decode + prefill, padding rows, kv_len in {0, 1, BS-1, BS, BS+1}
+    Case((1, 3, 1, 2, 0, 1), (15, 16, 17, 1, 0, 40), pad_tokens=3),
+    Case((1, 1, 1), (150, 70, 200), split_tokens=64, hint=True),
+    # query blocks whose visible range ends or starts one key off a tile edge (64 keys a tile
+    # here), where the kernel switches between masked and unmasked tiles
+    Case((3, 2, 5, 1), (129, 65, 260, 128)),
+    Case((3,), (129,), window=(63, 2), causal=False, dtype=FP32),
+    Case((5,), (129,), window=(200, 2), causal=False),
+    Case((70,), (80,), num_heads=16, chunk=63, causal=False),  # 16 rows a block: p 10..25, chunk [0, 63)
+    Case((64,), (129,), chunk=65, causal=False),  # p 65..128: chunk [65, 130)
+    Case((3, 2, 5), (129, 66, 260), window=(61, 2), causal=False, chunk=64, dtype=FP32),
+    Case((1, 1, 2), (150, 70, 200), split_tokens=64, sinks=True, softcap=5.0, alibi=True, dtype=FP16),
+    Case((5, 2, 3), (150, 1, 2), causal=False, window=(7, 3), sinks=True, pad_tokens=2, dtype=FP32),
+    Case((5, 9, 3), (150, 4, 200), window=(20, -1), split_tokens=64, with_lse=False),
+    Case((6, 9, 3), (150, 4, 200), chunk=8, causal=False, dtype=FP32),
+    Case((6, 9, 3), (150, 40, 200), chunk=32, split_tokens=64),
+    Case((5, 9, 3), (150, 4, 200), block_size=24, num_heads=10, num_kv_heads=2, head_size=40, head_size_v=24),
+    Case((1, 1), (100, 230), num_heads=8, num_kv_heads=1, head_size=64, block_size=8, split_tokens=64),
+    Case((4, 1), (90, 130), num_heads=130, num_kv_heads=2, head_size=16, block_size=32),
+    Case((4, 1, 2), (150, 9, 200), cache_dtype=torch.float8_e4m3fn, split_tokens=64, sinks=True),
+    Case((3, 1), (70, 130), cache_dtype=torch.float8_e5m2, dtype=FP16, softcap=3.0),
+    Case((3, 1, 2), (70, 130, 33), strided="cross_layer", split_tokens=64, pad_tokens=1),
+    Case((3, 1), (70, 130), strided="hnd", block_size=24, dtype=FP16),
+]
+
+
+@interpreter_tier
+@pytest.mark.parametrize("case", SMALL, ids=lambda c: c.id)
+def test_attention_interpreted(case: Case) -> None:
+    check_case(case, "cpu")
+
+
+def _bad_block_ids(batch: PagedBatch) -> None:
+    """Plant ids outside ``[0, NB)`` in the used part of the block table, in place."""
+    nb, bs = batch.key_cache.shape[:2]
+    bad = (-1, nb, -(2**31), 2**31 - 1, nb + 1000)
+    for i, n in enumerate(batch.kv_lens):
+        used = -(-n // bs)
+        if used:
+            batch.block_table[i, (7 * i) % used] = bad[i % len(bad)]
+
+
+def check_bad_block_ids(device: str) -> None:
+    case = Case((1, 3, 1, 2), (100, 50, 64, 7), block_size=8, sinks=True)
+    batch, options = make_inputs(case, device, seed=11)
+    _bad_block_ids(batch)
+    for split in (None, 64):
+        out, lse = run_triton(batch, options, split_tokens=split)
+        assert torch.isfinite(out).all() and not torch.isnan(lse).any()
+        # the reference reads keys of bad blocks as not visible: the same defined answer
+        check_against_reference(batch, options, out, lse, case.dtype)
+
+
+@interpreter_tier
+def test_bad_block_ids_interpreted() -> None:
+    check_bad_block_ids("cpu")
+
+
+def check_batch_invariance(device: str, sizes: tuple[int, ...], kv_len: int, max_other: int, split: int | None) -> None:
+    """One decode sequence alone and at a random place among ``n - 1`` others, in batch-invariant
+    mode (``split``: its split size, forced small in the interpreter): the same bits."""
+    kw = dict(num_heads=8, num_kv_heads=2, head_size=64, block_size=16, dtype=BF16, device=device)
+    rng = random.Random(3)
+    outs = []
+    for n in (1,) + sizes:
+        at = rng.randrange(n)
+        kv_lens = [rng.randrange(1, max_other) for _ in range(n)]
+        kv_lens[at] = kv_len
+        batch = make_paged_batch([1] * n, kv_lens, seed=100 + n, **kw)
+        alone = make_paged_batch([1], [kv_len], seed=7, **kw)  # the sequence's own values
+        batch.query[at] = alone.query[0]
+        for cache, src in ((batch.key_cache, alone.key_cache), (batch.value_cache, alone.value_cache)):
+            for b in range(-(-kv_len // 16)):
+                cache[batch.block_table[at, b]] = src[alone.block_table[0, b]]
+        options = dict(scale=0.125, causal=True, window_left=-1, window_right=-1, softcap=0.0,
+                       alibi_slopes=None, sinks=None, k_scale=None, v_scale=None, attention_chunk_size=0)
+        with _config.batch_invariant():
+            out, lse = run_triton(batch, options, max_query_len=1, split_tokens=split)
+        outs.append((out[at], lse[at]))
+    for out, lse in outs[1:]:
+        assert torch.equal(out, outs[0][0]) and torch.equal(lse, outs[0][1])
+
+
+@interpreter_tier
+def test_batch_invariant_interpreted() -> None:
+    check_batch_invariance("cpu", (3,), kv_len=300, max_other=400, split=128)
+
+
+def check_merge_paths_bitwise(device: str, case: Case, monkeypatch) -> None:
+    """Split-KV through the workspace and the combine kernel, and the same splits merged inside
+    each program (what large batches do in batch-invariant mode): the same bits."""
+    batch, options = make_inputs(case, device, seed=21)
+    out_a, lse_a = run_triton(batch, options, split_tokens=case.split_tokens)
+    monkeypatch.setattr(tpa, "_WORKSPACE_BYTES", 0)
+    out_b, lse_b = run_triton(batch, options, split_tokens=case.split_tokens)
+    assert torch.equal(out_a, out_b) and torch.equal(lse_a, lse_b)
+    check_against_reference(batch, options, out_b, lse_b, case.dtype)
+
+
+@interpreter_tier
+def test_merge_paths_bitwise_interpreted(monkeypatch) -> None:
+    case = Case((1, 2, 1), (300, 200, 5), sinks=True, split_tokens=64, dtype=FP16)
+    check_merge_paths_bitwise("cpu", case, monkeypatch)
+
+
+@interpreter_tier
+def test_strided_caches_bitwise_interpreted() -> None:
+    check_strided_bitwise("cpu", Case((2, 1), (70, 100), split_tokens=64))
+
+
+def check_strided_bitwise(device: str, case: Case) -> None:
+    """Caches as strided views give the bits of the contiguous case."""
+    batch, options = make_inputs(case, device, seed=5)
+    out, lse = run_triton(batch, options, split_tokens=case.split_tokens)
+    for layout in ("cross_layer", "hnd"):
+        batch.key_cache = _strided_cache(batch.key_cache.contiguous(), layout)
+        batch.value_cache = _strided_cache(batch.value_cache.contiguous(), layout)
+        out_s, lse_s = run_triton(batch, options, split_tokens=case.split_tokens)
+        assert torch.equal(out, out_s) and torch.equal(lse, lse_s), layout
+
+
+@interpreter_tier
+def test_softcap_huge_scores_interpreted() -> None:
+    """Raw scores of about +-1e4 with cap 50 stay finite (tanh form cannot overflow)."""
+    case = Case((2, 1), (40, 60), softcap=50.0, dtype=FP32)
+    batch, options = make_inputs(case, "cpu", seed=9)
+    options["scale"] = 2000.0  # q.k has a standard deviation of about 5.7 at D = 32
+    out, lse = run_triton(batch, options)
+    assert torch.isfinite(out).all() and torch.isfinite(lse).all()
+    check_against_reference(batch, options, out, lse, FP32)
+
+
+# -- GPU tier ----------------------------------------------------------------------------------
+_MIXED = dict(q_lens=(1, 17, 1, 0, 5, 1), kv_lens=(1000, 300, 17, 0, 5, 333))
+_DECODE = dict(q_lens=(1, 1, 1, 1, 1), kv_lens=(1023, 1, 16, 700, 2100))
+
+
+def _grid() -> list[Case]:
+    base = Case(**_MIXED, num_heads=8, num_kv_heads=2, head_size=128)
+    cases = []
+    for d in (64, 80, 96, 112, 128, 192, 256):
+        cases += [replace(base, head_size=d), replace(base, **_DECODE, head_size=d, hint=True)]
+    for bs in (8, 16, 24, 32, 64, 128):
+        cases += [replace(base, block_size=bs), replace(base, **_DECODE, block_size=bs, split_tokens=256)]
+    for hq, hkv in ((4, 4), (8, 2), (10, 2), (12, 2), (16, 2), (64, 1), (128, 1)):
+        heads = dict(num_heads=hq, num_kv_heads=hkv)
+        cases += [replace(base, **heads), replace(base, **_DECODE, **heads)]
+    for dtype in (BF16, FP16, FP32):
+        cases += [replace(base, dtype=dtype), replace(base, **_DECODE, dtype=dtype, split_tokens=128)]
+    e4m3, e5m2 = torch.float8_e4m3fn, torch.float8_e5m2
+    for dtype, cache in ((BF16, e4m3), (FP16, e4m3), (BF16, e5m2), (FP32, e5m2)):
+        dtypes = dict(dtype=dtype, cache_dtype=cache)
+        cases += [replace(base, **dtypes), replace(base, **_DECODE, **dtypes)]
+    for d, dv in ((128, 64), (64, 128), (192, 128), (96, 256)):
+        sizes = dict(head_size=d, head_size_v=dv)
+        cases += [replace(base, **sizes), replace(base, **_DECODE, **sizes, split_tokens=64)]
+    features = [
+        dict(causal=False),
+        dict(window=(127, 0)),
+        dict(window=(64, 16), causal=False),
+        dict(window=(-1, 5), causal=False),
+        dict(softcap=30.0),
+        dict(alibi=True),
+        dict(sinks=True),
+        dict(chunk=256),
+        dict(chunk=48, causal=False),
+        dict(with_lse=False),
+        dict(pad_tokens=5),
+        dict(sinks=True, softcap=20.0, alibi=True, window=(200, 0), pad_tokens=2),
+        dict(strided="cross_layer"),
+        dict(strided="hnd", cache_dtype=torch.float8_e4m3fn),
+    ]
+    for f in features:
+        cases += [replace(base, **f), replace(base, **_DECODE, **f, split_tokens=128)]
+    return cases
+
+
+GRID = _grid()
+
+
+@gpu_tier
+@pytest.mark.parametrize("case", GRID, ids=lambda c: c.id)
+def test_attention_cuda(case: Case) -> None:
+    check_case(case, "cuda")
+
+
+_FUZZ_FAMILIES = 40
+_FUZZ_DRAWS = 50  # 40 x 50 = 2,000 configurations
+
+
+def _fuzz_family(rng: random.Random) -> dict:
+    """The compile-time part of a configuration (dtypes, sizes, feature flags)."""
+    d = rng.choice((64, 80, 128, 128, 256))
+    dtype = rng.choice((BF16, BF16, FP16, FP32))
+    return dict(
+        head_size=d,
+        head_size_v=rng.choice((None, None, None, 64, 128)),
+        block_size=rng.choice((8, 16, 16, 24, 32, 64, 128)),
+        num_kv_heads=rng.choice((1, 2)),
+        group=rng.choice((1, 4, 5, 8)),
+        dtype=dtype,
+        cache_dtype=rng.choice((None, None, torch.float8_e4m3fn, torch.float8_e5m2)),
+        causal=rng.random() < 0.7,
+        window=rng.random() < 0.3,
+        softcap=rng.random() < 0.25,
+        alibi=rng.random() < 0.25,
+        sinks=rng.random() < 0.3,
+        chunk=rng.random() < 0.2,
+        with_lse=rng.random() < 0.8,
+        decode=rng.random() < 0.4,
+        split=rng.choice((None, None, 64, 512)),
+    )
+
+
+def _fuzz_case(f: dict, rng: random.Random) -> Case:
+    """A random batch for a family: lengths 0 and 1, around block edges, windows, chunks."""
+    bs = f["block_size"]
+    b = rng.randint(1, 8)
+    edge = lambda: rng.choice((0, 1, bs - 1, bs, bs + 1, rng.randint(0, 700), rng.randint(0, 60)))  # noqa: E731
+    kv_lens = tuple(edge() for _ in range(b))
+    if f["decode"]:
+        q_lens = tuple(1 for _ in range(b))
+    else:
+        q_lens = tuple(rng.choice((0, 1, 1, rng.randint(1, 40))) for _ in range(b))
+    if f["causal"] and rng.random() < 0.9:  # mostly q_len <= seq_len, as a serving engine has it
+        q_lens = tuple(min(q, k) for q, k in zip(q_lens, kv_lens))
+    window = (-1, -1)
+    if f["window"]:
+        window = (rng.choice((-1, 0, rng.randint(0, 300))), rng.choice((-1, 0, rng.randint(0, 40))))
+    return Case(
+        q_lens=q_lens,
+        kv_lens=kv_lens,
+        num_heads=f["num_kv_heads"] * f["group"],
+        num_kv_heads=f["num_kv_heads"],
+        head_size=f["head_size"],
+        head_size_v=f["head_size_v"],
+        block_size=bs,
+        dtype=f["dtype"],
+        cache_dtype=f["cache_dtype"],
+        causal=f["causal"],
+        window=window,
+        softcap=rng.uniform(1.0, 50.0) if f["softcap"] else 0.0,
+        alibi=f["alibi"],
+        sinks=f["sinks"],
+        chunk=rng.choice((8, 16, 40, 128, 300)) if f["chunk"] else 0,
+        with_lse=f["with_lse"],
+        pad_tokens=rng.choice((0, 0, 1, 7)),
+        split_tokens=f["split"],
+        hint=rng.random() < 0.5,
+    )
+
+
+@gpu_tier
+@pytest.mark.fuzz
+@pytest.mark.parametrize("family", range(_FUZZ_FAMILIES))
+def test_attention_fuzz_cuda(family: int) -> None:
+    """Seeds 0..1999: family ``f`` draws configurations ``50 f .. 50 f + 49``."""
+    rng = random.Random(family)
+    f = _fuzz_family(rng)
+    for draw in range(_FUZZ_DRAWS):
+        seed = family * _FUZZ_DRAWS + draw
+        case = _fuzz_case(f, random.Random(seed))
+        try:
+            check_case(case, "cuda")
+        except AssertionError as e:
+            raise AssertionError(f"fuzz seed {seed}: {case.id}: {e}") from e
+
+
+@gpu_tier
+def test_batch_invariant_cuda() -> None:
+    check_batch_invariance("cuda", (7, 64), kv_len=3000, max_other=5000, split=None)
+
+
+@gpu_tier
+def test_batch_invariant_mixed_batch_cuda(monkeypatch) -> None:
+    """A decode sequence alone and beside a long prefill whose workspace would exceed the budget
+    (so its splits are merged inside each program): the same bits."""
+    kw = dict(num_heads=8, num_kv_heads=2, head_size=128, dtype=BF16, device="cuda")
+    alone = make_paged_batch([1], [2500], seed=1, **kw)
+    mixed = make_paged_batch([300, 1], [4000, 2500], seed=2, **kw)
+    mixed.query[300] = alone.query[0]
+    for cache, src in ((mixed.key_cache, alone.key_cache), (mixed.value_cache, alone.value_cache)):
+        for b in range(-(-2500 // 16)):
+            cache[mixed.block_table[1, b]] = src[alone.block_table[0, b]]
+    options = dict(scale=0.09, causal=True, window_left=-1, window_right=-1, softcap=0.0,
+                   alibi_slopes=None, sinks=torch.randn(8, device="cuda"), k_scale=None, v_scale=None,
+                   attention_chunk_size=0)
+    with _config.batch_invariant():
+        out_a, lse_a = run_triton(alone, options, max_query_len=1)
+        monkeypatch.setattr(tpa, "_WORKSPACE_BYTES", 1 << 20)
+        out_m, lse_m = run_triton(mixed, options, max_query_len=300)
+    assert torch.equal(out_a[0], out_m[300]) and torch.equal(lse_a[0], lse_m[300])
+    check_against_reference(mixed, options, out_m, lse_m, BF16)
+
+
+@gpu_tier
+def test_batch_invariant_env_cuda(monkeypatch) -> None:
+    """The environment variable is read per call."""
+    monkeypatch.setenv("TORCH_PAGED_ATTN_BATCH_INVARIANT", "1")
+    assert _config.is_batch_invariant()
+    check_batch_invariance("cuda", (7,), kv_len=1500, max_other=3000, split=None)
+
+
+@gpu_tier
+@pytest.mark.parametrize("dtype", [BF16, FP32], ids=_SHORT.get)
+def test_merge_paths_bitwise_cuda(dtype, monkeypatch) -> None:
+    case = Case((1, 2, 1, 9), (3000, 2000, 5, 800), num_heads=16, num_kv_heads=4, head_size=128,
+                sinks=True, split_tokens=512, dtype=dtype)
+    check_merge_paths_bitwise("cuda", case, monkeypatch)
+
+
+@gpu_tier
+def test_strided_caches_bitwise_cuda() -> None:
+    check_strided_bitwise("cuda", Case(**_MIXED, num_heads=8, num_kv_heads=2, head_size=128))
+    check_strided_bitwise("cuda", Case(**_DECODE, num_heads=8, num_kv_heads=2, head_size=128, split_tokens=256))
+
+
+@gpu_tier
+def test_bad_block_ids_cuda() -> None:
+    check_bad_block_ids("cuda")
+
+
+@gpu_tier
+def test_cuda_graph_replay_and_no_host_sync() -> None:
+    """Capture once (under sync-debug "error"), rewrite seq_lens, block_table and query_start_loc
+    in place, replay: every replay equals the reference of the new contents."""
+    kw = dict(num_heads=8, num_kv_heads=2, head_size=128, dtype=BF16, device="cuda", max_blocks=80)
+
+    def batch(seed, q_lens, kv_lens):  # the same shapes whatever the lengths: 6 rows, 400 blocks
+        used = sum(-(-n // 16) for n in kv_lens)
+        return make_paged_batch(q_lens, kv_lens, seed=seed, pad_tokens=6 - sum(q_lens), extra_blocks=400 - used, **kw)
+
+    static = batch(0, [1, 1, 3, 1], [900, 1, 40, 1200])
+    options = dict(scale=0.09, causal=True, window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=None,
+                   sinks=None, k_scale=None, v_scale=None, attention_chunk_size=0)
+    out = torch.full((6, 8, 128), float("nan"), dtype=BF16, device="cuda")
+    lse = torch.full((6, 8), float("nan"), device="cuda")
+    tpa.paged_attention(*static.args(), out, lse, **options)  # compile outside the capture
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        tpa.paged_attention(*static.args(), out, lse, **options)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            tpa.paged_attention(*static.args(), out, lse, **options)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for seed, q_lens, kv_lens in ((1, [2, 1, 1, 1], [30, 1270, 0, 5]), (2, [1, 1, 1, 1], [1, 2, 3, 1100])):
+        new = batch(seed, q_lens, kv_lens)
+        for dst, src in zip(static.args(), new.args()):
+            dst.copy_(src)
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        graph.replay()
+        check_against_reference(static, options, out, lse, BF16)
+
+
+def _kernels_launched(fn) -> list[str]:
+    """Names of the CUDA kernels ``fn()`` launches."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+@gpu_tier
+def test_public_ops_cuda_and_compiled() -> None:
+    """The public ops run the Triton kernel on CUDA, eagerly and under torch.compile(fullgraph=True)."""
+    case = Case(**_MIXED, num_heads=8, num_kv_heads=2, head_size=128, sinks=True, pad_tokens=2)
+    batch, options = make_inputs(case, "cuda", seed=3)
+    options.pop("k_scale"), options.pop("v_scale")
+    out = torch.full_like(batch.query, float("nan"))
+
+    def functional(q, kc, vc, bt, sl, qsl):
+        return torch_paged_attn.paged_attention(q, kc, vc, bt, sl, qsl, return_lse=True, **options)
+
+    def out_form(q, kc, vc, bt, sl, qsl):
+        torch_paged_attn.paged_attention_out(q, kc, vc, bt, sl, qsl, out, None, **options)
+
+    for name, fn in (("functional", functional), ("out", out_form)):
+        kernels = _kernels_launched(lambda: fn(*batch.args()))
+        assert any("_attention_kernel" in k for k in kernels), f"{name}: launched {kernels}"
+    for fn in (functional, torch.compile(functional, fullgraph=True)):
+        o, s = fn(*batch.args())
+        check_against_reference(batch, options, o, s, BF16)
+    for fn in (out_form, torch.compile(out_form, fullgraph=True)):
+        out.fill_(float("nan"))
+        fn(*batch.args())
+        check_against_reference(batch, options, out, None, BF16)
+
+
+@gpu_tier
+def test_softcap_huge_scores_cuda() -> None:
+    case = Case((2, 1), (400, 600), softcap=50.0, dtype=FP32, head_size=128)
+    batch, options = make_inputs(case, "cuda", seed=9)
+    options["scale"] = 1000.0  # q.k has a standard deviation of about 11 at D = 128
+    out, lse = run_triton(batch, options)
+    assert torch.isfinite(out).all() and torch.isfinite(lse).all()
+    check_against_reference(batch, options, out, lse, FP32)

@@ -1,0 +1,598 @@
+"""Paged attention in Triton: one kernel for any mix of decode and prefill tokens, split-KV optional.
+
+Algorithm: FlashAttention-2's online softmax (Dao 2023) over K/V tiles gathered through the block
+table; with split-KV ("flash-decoding") each program covers one range of key positions and a
+second kernel merges the partial (out, lse) states through their LSEs, in split order.
+Grid of ``_attention_kernel``: axis 0 query block (``T // BLOCK_Q + B + 1`` slots; program ``i``
+belongs to the sequence ``b`` whose slots ``qsl[b] // BLOCK_Q + b ..`` contain it, found by binary
+search; slots past a sequence's tokens exit, the last ones zero the padding rows), axis 1 kv head
+(x head group when Hq/Hkv > 64), axis 2 kv split. The M dimension of each ``tl.dot`` is
+``BLOCK_Q`` tokens x the query heads of one kv head, so every K/V tile is loaded once for them all.
+Layouts: query/out ``[T, Hq, D]``, caches ``[NB, BS, Hkv, D]`` (any strides, last one 1).
+Block-table lookup, per tile of ``TILE_N`` key positions ``j`` (ids fetched one tile ahead)::
+
+    for j in range(start, start + TILE_N):
+        block = block_table[b, j // BS]                # masked: j >= seq_len, block outside [0, NB)
+        k[j] = key_cache[block, j % BS, kv_head, :]    # int64 offsets; masked loads give 0, not NaN
+Tiles outside all rows' causal/window/chunk ranges are skipped, tiles inside all of them unmasked.
+
+Bytes moved: ``sum_b seq_len_b * Hkv * (D + Dv) * cache_bytes`` (K/V read once per kv head and
+query block) + ``T * Hq * (D + Dv) * q_bytes``; split-KV adds ``T * S * Hq * (Dv + 1) * 8``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from ... import _config
+from ._launch import launch
+from ._softmax import LOG2E, merge_partial, merged_to_output, softmax_step, state_to_partial
+
+_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+# Tile configurations, keyed by the padded head size (max of D and Dv, a power of two):
+# (BLOCK_M rows = query tokens x heads of one kv head, TILE_N keys per iteration, num_warps,
+# num_stages, programs resident per SM). Decode runs when every sequence has one query token
+# (max_query_len == 1), and always in batch-invariant mode, whose results must not depend on the
+# batch's query lengths.
+# Decode, measured on an H200 (copy 4.27 TB/s), bf16, block 16, D 128, 2026-11, % of copy:
+# TILE_N 128 / 2 stages: B64x4096 99.9, MHA B32x2048 99.8, B256x1024 94.4 (233 registers, 72 KiB
+# shared: 2 programs per SM). Before masks were skipped on inner tiles, TILE_N 128 / 2 stages gave
+# 94.9, 95.4, 89.9; TILE_N 64 / 3 stages 90.6, 89.0, 84.3; TILE_N 32 / 3 stages 76.2, 90.1, 87.3;
+# 8 warps 62.7, 63.2, 62.0. D 64 (and unmeasured 16/32): TILE_N 256 91.8 vs 128 73.4 (B64x4096).
+# D 256: 101.0. fp8 e4m3 B64x4096: 54.9 % (TILE_N 256: 49.1).
+# Prefill, 4 x 2048 causal / 4 x 512 on 4096 keys, TFLOP/s: (128, 64, 8 warps, 3 stages) 246 / 292,
+# 2 stages 239 / 250, (128, 32, 4, 3) 194 / 253, (64, 64, 4, 3) 197 / 226, TILE_N 128: 170 / 230.
+_DECODE_CONFIGS = {
+    16: (16, 256, 4, 2, 2),
+    32: (16, 256, 4, 2, 2),
+    64: (16, 256, 4, 2, 2),
+    128: (16, 128, 4, 2, 2),
+    256: (16, 64, 4, 2, 2),  # the same 64 KiB of K and V per tile as D 128
+}
+_PREFILL_CONFIGS = {
+    16: (128, 64, 8, 3, 1),
+    32: (128, 64, 8, 3, 1),
+    64: (128, 64, 8, 3, 1),
+    128: (128, 64, 8, 3, 1),
+    256: (64, 32, 8, 2, 1),
+}
+# Query heads one program holds; a larger group is spread over several programs (loading K/V
+# once per program), which bounds the accumulator at 64 x 256 floats.
+_MAX_HEADS_PER_PROGRAM = 64
+# Split-KV fills the resident program slots once (B1 x 32768, Hkv 8: 264 slots / 8 = 33 -> 32
+# splits of 1024 keys, 69.1 % of copy; measured before inner-tile masks were skipped: 32 splits
+# 49.9 %, 16 splits 40.9 %, 64 splits 31.3 %), never with fewer than this many tiles a split.
+_MIN_SPLIT_TILES = 2
+# Batch-invariant mode splits every sequence at multiples of this many key positions, the split
+# size the default mode picks for B1 x 32768 (Hkv 8: 256 programs, 2 per SM).
+_INVARIANT_SPLIT_TOKENS = 1024
+# Largest split-KV workspace (partial outputs and LSEs, float32); larger calls combine their
+# splits inside each program instead (same algebra, same bits, no workspace).
+_WORKSPACE_BYTES = 256 * 2**20
+# Partial states the combine kernel loads per iteration (and merges in order).
+_MERGE_GROUP = 4
+# Split size meaning "no split": one range covers every key position (sequences < 2^28 keys).
+_NO_SPLIT = 2**28
+# A position bound no mask reaches (positions stay below 2^28).
+_NO_LIMIT = tl.constexpr(2**29)
+
+
+def _interpreting() -> bool:  # read per call, as Triton reads it per launch
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":  # the interpreter runs programs one after another
+        return 1
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _sm_count(index)
+
+
+def supports(op: str, facts: dict) -> str | None:
+    """None when the Triton kernel runs this call, else why it cannot (the reference runs it)."""
+    if op != "paged_attention":
+        return f"the Triton paged_attention module has no kernel for {op}"
+    for name in ("head_size", "head_size_v"):
+        size = facts.get(name, 0)
+        if size % 8 != 0 or not 8 <= size <= 256:
+            return f"{name} {size} is not a multiple of 8 in [8, 256]"
+    if facts.get("cache_dtype") in _FP8 and facts.get("device") == "cuda" and not _interpreting():
+        if torch.cuda.get_device_capability() < (8, 9):
+            return "fp8 caches need compute capability 8.9 or newer in Triton"
+    return None
+
+
+@triton.jit
+def _floor_div(a, c):
+    """Python's ``a // c`` for ``c > 0`` and any sign of ``a`` (Triton's ``//`` truncates)."""
+    q = a // c
+    return tl.where(a - q * c < 0, q - 1, q)
+
+
+@triton.jit
+def _find_sequence(query_start_loc_ptr, stride_qsl, num_seqs, target, BLOCK_Q: tl.constexpr):
+    """Largest ``b`` in ``[0, num_seqs]`` with ``qsl[b] // BLOCK_Q + b <= target`` (``num_seqs``: past
+    the last sequence); ``BLOCK_Q == 0`` searches ``qsl[b] <= target``, the sequence of a token."""
+    lo = tl.zeros([], dtype=tl.int32)
+    hi = num_seqs + 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        start = tl.load(query_start_loc_ptr + mid * stride_qsl)
+        if BLOCK_Q > 0:
+            key = start // BLOCK_Q + mid
+        else:
+            key = start
+        if key <= target:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo - 1
+
+
+@triton.jit
+def _load_block_ids(block_row_ptr, stride_bt_block, start, seq_len, max_blocks, BLOCK_SIZE: tl.constexpr,
+                    TILE_N: tl.constexpr):
+    """Cache block of key positions ``start .. start + TILE_N - 1``: [TILE_N] int32, -1 for
+    positions past ``seq_len`` or past the block table (those are never read)."""
+    offs_n = start + tl.arange(0, TILE_N)
+    block_idx = offs_n // BLOCK_SIZE
+    in_seq = (offs_n < seq_len) & (block_idx < max_blocks)
+    return tl.load(block_row_ptr + block_idx * stride_bt_block, mask=in_seq, other=-1)
+
+
+@triton.jit
+def _load_rows(base_ptr, rows, offs, row_ok, SIZE: tl.constexpr, PAD: tl.constexpr):
+    """``base[rows[i] + j]`` for ``j < SIZE``: [len(rows), PAD], 0 where masked. Without padding
+    the mask is per row only, so the loads stay 16-byte vectors."""
+    if SIZE == PAD:
+        return tl.load(base_ptr + rows[:, None] + offs[None, :], mask=row_ok[:, None], other=0.0)
+    return tl.load(base_ptr + rows[:, None] + offs[None, :], mask=row_ok[:, None] & (offs < SIZE)[None, :], other=0.0)
+
+
+@triton.jit
+def _dot(a, b, acc, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    """``acc + a @ b``; ``UPCAST`` multiplies in float32, for the CPU interpreter (Triton 3.9), whose
+    bf16 ``tl.dot`` returns garbage of order 1e10."""
+    if UPCAST:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    return tl.dot(a, b, acc, input_precision=PRECISION)
+
+
+@triton.jit(do_not_specialize=["num_tokens", "num_seqs", "max_blocks", "split_tokens", "num_splits"])
+def _attention_kernel(
+    query_ptr,  # [T, Hq, D]
+    key_cache_ptr, value_cache_ptr,  # [NB, BS, Hkv, D], [NB, BS, Hkv, Dv]
+    block_table_ptr, seq_lens_ptr, query_start_loc_ptr,  # [B, MB], [B], [B + 1] int32
+    out_ptr, lse_ptr,  # [T, Hq, Dv]; [T, Hq] float32 (HAS_LSE)
+    alibi_slopes_ptr, sinks_ptr,  # [Hq] float32 (USE_ALIBI); [Hq] (HAS_SINKS)
+    k_scale_ptr, v_scale_ptr,  # [] or [1] float32 (IS_FP8)
+    part_out_ptr, part_lse_ptr,  # [T, S, Hq, Dv], [T, S, Hq] float32, lse in log2 (WRITE_PARTIAL)
+    scale, softcap, window_left, window_right, chunk_size,  # float, float, int, int, int
+    split_tokens, num_splits, num_tokens, num_seqs, num_blocks, max_blocks,
+    stride_q_tok, stride_q_head,
+    stride_kc_block, stride_kc_slot, stride_kc_head,
+    stride_vc_block, stride_vc_slot, stride_vc_head,
+    stride_bt_seq, stride_bt_block,
+    stride_sl, stride_qsl,
+    stride_o_tok, stride_o_head,
+    stride_lse_tok, stride_lse_head,
+    stride_po_tok, stride_po_split, stride_po_head,
+    stride_pl_tok, stride_pl_split,
+    GROUP: tl.constexpr, HEADS: tl.constexpr, NUM_HEAD_GROUPS: tl.constexpr,  # heads per kv head / program
+    HEAD_SIZE: tl.constexpr, HEAD_SIZE_V: tl.constexpr, D_PAD: tl.constexpr, DV_PAD: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, TILE_N: tl.constexpr,
+    CAUSAL: tl.constexpr, USE_WINDOW: tl.constexpr, USE_CHUNK: tl.constexpr,
+    USE_SOFTCAP: tl.constexpr, USE_ALIBI: tl.constexpr, HAS_SINKS: tl.constexpr,
+    IS_FP8: tl.constexpr, HAS_LSE: tl.constexpr, WRITE_PARTIAL: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
+    MERGE_GROUP: tl.constexpr,  # splits the combine kernel loads at once
+):
+    tl.static_assert(BLOCK_M >= 16 and TILE_N >= 16 and D_PAD >= 16 and DV_PAD >= 16)
+    tl.static_assert(BLOCK_Q * HEADS <= BLOCK_M and BLOCK_Q >= 1)
+    scale = tl.cast(scale, tl.float32)
+    softcap = tl.cast(softcap, tl.float32)
+    pid_q = tl.program_id(0)
+    kv_head = tl.program_id(1) // NUM_HEAD_GROUPS
+    head_group = tl.program_id(1) % NUM_HEAD_GROUPS
+    pid_s = tl.program_id(2)
+
+    # -- which sequence, which of its query blocks; slots past the last sequence own the padding
+    #    rows (a pseudo-sequence with no keys and no sink) --
+    seq = tl.maximum(_find_sequence(query_start_loc_ptr, stride_qsl, num_seqs, pid_q, BLOCK_Q), 0)
+    is_seq = seq < num_seqs
+    if WRITE_PARTIAL:
+        if seq >= num_seqs:
+            return  # the combine kernel writes the padding rows
+    q_start = tl.load(query_start_loc_ptr + seq * stride_qsl)
+    q_end = tl.load(query_start_loc_ptr + (seq + 1) * stride_qsl, mask=is_seq, other=0)
+    q_end = tl.where(is_seq, q_end, num_tokens)
+    seq_len = tl.load(seq_lens_ptr + seq * stride_sl, mask=is_seq, other=0)
+    q_len = q_end - q_start
+    q_block_start = (pid_q - (q_start // BLOCK_Q + seq)) * BLOCK_Q
+    if (q_block_start < 0) | (q_block_start >= q_len):
+        return
+    context = seq_len - q_len
+
+    # -- rows: query token (row // HEADS) x query head (row % HEADS) of this kv head --
+    offs_m = tl.arange(0, BLOCK_M)
+    local = q_block_start + offs_m // HEADS
+    head_in_group = head_group * HEADS + offs_m % HEADS
+    head = kv_head * GROUP + head_in_group
+    tok = q_start + local
+    row_ok = (offs_m // HEADS < BLOCK_Q) & (head_in_group < GROUP) & (local < q_len)
+    row_ok = row_ok & (tok >= 0) & (tok < num_tokens)
+    pos = context + local  # [BLOCK_M] absolute position of each row's token
+    offs_d = tl.arange(0, D_PAD)
+    offs_dv = tl.arange(0, DV_PAD)
+    dv_ok = offs_dv < HEAD_SIZE_V
+
+    # -- load Q once: [BLOCK_M, D_PAD] --
+    q_rows = tok.to(tl.int64) * stride_q_tok + head * stride_q_head
+    q = _load_rows(query_ptr, q_rows, offs_d, row_ok, HEAD_SIZE, D_PAD)
+    qk_scale = scale
+    v_scale = 1.0
+    if IS_FP8:  # fold the per-tensor scales into the score scale and the output
+        qk_scale = qk_scale * tl.load(k_scale_ptr)
+        v_scale = tl.load(v_scale_ptr)
+    if not (USE_SOFTCAP or USE_ALIBI):
+        qk_scale = qk_scale * LOG2E
+    if USE_ALIBI:
+        slopes = tl.load(alibi_slopes_ptr + head, mask=row_ok, other=0.0)
+
+    # -- keys this query block can see: [kv_lo, kv_hi) --
+    p_first = context + q_block_start
+    p_last = context + tl.minimum(q_block_start + BLOCK_Q, q_len) - 1
+    kv_lo = 0
+    kv_hi = tl.minimum(seq_len, max_blocks * BLOCK_SIZE)
+    if CAUSAL:
+        kv_hi = tl.minimum(kv_hi, p_last + 1)
+    if USE_WINDOW:
+        kv_lo = tl.maximum(kv_lo, p_first - window_left)
+        kv_hi = tl.minimum(kv_hi, p_last + window_right + 1)
+    if USE_CHUNK:
+        chunk_first = _floor_div(p_first, chunk_size) * chunk_size
+        kv_lo = tl.maximum(kv_lo, chunk_first)
+        kv_hi = tl.minimum(kv_hi, (_floor_div(p_last, chunk_size) + 1) * chunk_size)
+        chunk_row = _floor_div(pos, chunk_size) * chunk_size  # [BLOCK_M] first key of each row's chunk
+    # -- keys every row of the block sees by position: [full_lo, full_hi), no mask needed --
+    full_lo = 0
+    full_hi = p_first + _NO_LIMIT
+    if CAUSAL:
+        full_hi = tl.minimum(full_hi, p_first + 1)
+    if USE_WINDOW:
+        full_lo = tl.maximum(full_lo, p_last - window_left)
+        full_hi = tl.minimum(full_hi, p_first + window_right + 1)
+    if USE_CHUNK:
+        full_lo = tl.maximum(full_lo, _floor_div(p_last, chunk_size) * chunk_size)
+        full_hi = tl.minimum(full_hi, chunk_first + chunk_size)
+
+    # -- splits: this program's one (WRITE_PARTIAL) or all of the sequence's, merged in order --
+    seq_splits = tl.minimum((tl.maximum(seq_len, 0) + split_tokens - 1) // split_tokens, num_splits)
+    if WRITE_PARTIAL:
+        if pid_s >= seq_splits:
+            return  # the combine kernel reads only the splits below seq_splits
+        split_first = pid_s
+        split_end = pid_s + 1
+    else:  # as many (empty) splits past the end as the combine kernel merges, for the same bits
+        split_first = 0
+        split_end = (seq_splits + MERGE_GROUP - 1) // MERGE_GROUP * MERGE_GROUP
+    merged_m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    merged_l = tl.zeros([BLOCK_M], tl.float32)
+    merged_acc = tl.zeros([BLOCK_M, DV_PAD], tl.float32)
+    if HAS_SINKS and not WRITE_PARTIAL:
+        sink = tl.load(sinks_ptr + head, mask=row_ok, other=float("-inf")).to(tl.float32)
+        sink = tl.where(is_seq, sink, float("-inf"))  # padding rows: 0 and -inf, no sink
+        merged_m, merged_l, merged_acc = merge_partial(
+            merged_m, merged_l, merged_acc, sink * LOG2E, tl.zeros([BLOCK_M, DV_PAD], tl.float32)
+        )
+
+    for split in range(split_first, split_end):
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, DV_PAD], tl.float32)
+        lo = tl.maximum(kv_lo, split * split_tokens) // TILE_N * TILE_N
+        hi = tl.minimum(kv_hi, (split + 1) * split_tokens)
+        # Block ids are fetched one tile ahead: the K/V addresses depend on them, and a load
+        # issued in the same iteration would add a second memory latency to every tile.
+        next_block = _load_block_ids(block_table_ptr + seq * stride_bt_seq, stride_bt_block, lo, seq_len,
+                                     max_blocks, BLOCK_SIZE, TILE_N)
+        for start in range(lo, hi, TILE_N):
+            # -- block-table lookup: [TILE_N] --
+            offs_n = start + tl.arange(0, TILE_N)
+            block = next_block
+            next_block = _load_block_ids(block_table_ptr + seq * stride_bt_seq, stride_bt_block, start + TILE_N,
+                                         seq_len, max_blocks, BLOCK_SIZE, TILE_N)
+            key_ok = (block >= 0) & (block < num_blocks)  # -1: past the sequence or the table
+            block = tl.where(key_ok, block, 0).to(tl.int64)
+            slot = offs_n % BLOCK_SIZE
+
+            # -- load K tile: [TILE_N, D_PAD] --
+            k_rows = block * stride_kc_block + slot * stride_kc_slot + kv_head * stride_kc_head
+            k = _load_rows(key_cache_ptr, k_rows, offs_d, key_ok, HEAD_SIZE, D_PAD)
+            if IS_FP8:  # exact, and for bf16 faster than the direct conversion (fp8 B64x4096: 55 % vs 44 %)
+                k = k.to(tl.float16)
+            k = k.to(q.dtype)  # exact: fp8 values are bf16/fp16/fp32 values; the scale is in qk_scale
+
+            # -- scores: scale, softcap, ALiBi, mask (log2 domain): [BLOCK_M, TILE_N] --
+            s = _dot(q, tl.trans(k), None, DOT_PRECISION, DOT_UPCAST) * qk_scale
+            if USE_SOFTCAP:
+                # softcap * tanh(s / softcap), tanh(|x|) = (1 - e) / (1 + e) with e = exp(-2|x|) in
+                # (0, 1]: no overflow for any score.
+                x = s / softcap
+                e = tl.exp2(tl.abs(x) * (-2.0 * LOG2E))
+                t = (1.0 - e) / (1.0 + e)
+                s = softcap * tl.where(x < 0, -t, t)
+            if USE_ALIBI:
+                s = s + slopes[:, None] * (offs_n[None, :] - pos[:, None]).to(tl.float32)
+            if USE_SOFTCAP or USE_ALIBI:
+                s = s * LOG2E
+            if CAUSAL or USE_WINDOW or USE_CHUNK:
+                # Position masks only where some row of the block sees part of the tile; rows
+                # outside the block's tokens (never stored) see every key and stay finite.
+                if (start < full_lo) | (start + TILE_N > full_hi):
+                    visible = offs_n[None, :] < pos[:, None] + _NO_LIMIT
+                    if CAUSAL:
+                        visible = visible & (offs_n[None, :] <= pos[:, None])
+                    if USE_WINDOW:
+                        visible = visible & (offs_n[None, :] >= pos[:, None] - window_left)
+                        visible = visible & (offs_n[None, :] <= pos[:, None] + window_right)
+                    if USE_CHUNK:
+                        visible = visible & (offs_n[None, :] >= chunk_row[:, None])
+                        visible = visible & (offs_n[None, :] < chunk_row[:, None] + chunk_size)
+                    s = tl.where(visible, s, float("-inf"))
+            s = tl.where(key_ok[None, :], s, float("-inf"))
+
+            # -- online softmax --
+            m_i, l_i, acc, p = softmax_step(m_i, l_i, acc, s)
+
+            # -- load V tile: [TILE_N, DV_PAD]; acc += P @ V --
+            v_rows = block * stride_vc_block + slot * stride_vc_slot + kv_head * stride_vc_head
+            v = _load_rows(value_cache_ptr, v_rows, offs_dv, key_ok, HEAD_SIZE_V, DV_PAD)
+            if IS_FP8:
+                v = v.to(tl.float16)
+            acc = _dot(p.to(q.dtype), v.to(q.dtype), acc, DOT_PRECISION, DOT_UPCAST)
+
+        # -- this split's partial state: store it, or merge it into the running result --
+        part_out, part_lse = state_to_partial(m_i, l_i, acc)
+        if WRITE_PARTIAL:
+            po_rows = tok.to(tl.int64) * stride_po_tok + split * stride_po_split + head * stride_po_head
+            tl.store(part_out_ptr + po_rows[:, None] + offs_dv[None, :], part_out,
+                     mask=row_ok[:, None] & dv_ok[None, :])
+            pl_rows = tok.to(tl.int64) * stride_pl_tok + split * stride_pl_split + head
+            tl.store(part_lse_ptr + pl_rows, part_lse, mask=row_ok)
+        else:
+            merged_m, merged_l, merged_acc = merge_partial(merged_m, merged_l, merged_acc, part_lse, part_out)
+
+    if not WRITE_PARTIAL:
+        # -- epilogue: out [BLOCK_M, DV_PAD] and lse [BLOCK_M], natural log --
+        out, lse = merged_to_output(merged_m, merged_l, merged_acc, v_scale)
+        o_rows = tok.to(tl.int64) * stride_o_tok + head * stride_o_head
+        tl.store(out_ptr + o_rows[:, None] + offs_dv[None, :], out.to(out_ptr.dtype.element_ty),
+                 mask=row_ok[:, None] & dv_ok[None, :])
+        if HAS_LSE:
+            tl.store(lse_ptr + tok.to(tl.int64) * stride_lse_tok + head * stride_lse_head, lse, mask=row_ok)
+
+
+@triton.jit(do_not_specialize=["num_tokens", "num_seqs", "split_tokens", "num_splits"])
+def _combine_kernel(
+    part_out_ptr, part_lse_ptr,  # [T, S, Hq, Dv], [T, S, Hq] float32, lse in log2
+    seq_lens_ptr, query_start_loc_ptr,  # [B], [B + 1] int32
+    sinks_ptr, v_scale_ptr,  # [Hq] (HAS_SINKS); [] or [1] float32 (IS_FP8)
+    out_ptr, lse_ptr,  # [T, Hq, Dv]; [T, Hq] float32 (HAS_LSE)
+    split_tokens, num_splits, num_tokens, num_seqs, num_heads,
+    stride_sl, stride_qsl,
+    stride_po_tok, stride_po_split, stride_po_head,
+    stride_pl_tok, stride_pl_split,
+    stride_o_tok, stride_o_head,
+    stride_lse_tok, stride_lse_head,
+    HEAD_SIZE_V: tl.constexpr, DV_PAD: tl.constexpr, BLOCK_H: tl.constexpr,
+    HAS_SINKS: tl.constexpr, IS_FP8: tl.constexpr, HAS_LSE: tl.constexpr, MERGE_GROUP: tl.constexpr,
+):
+    """Merge the ``seq_splits`` partial states of one token, for ``BLOCK_H`` heads, in split order.
+    Grid: axis 0 token, axis 1 head block. Rows past ``qsl[-1]`` get 0 and -inf."""
+    tok = tl.program_id(0)
+    heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    head_ok = heads < num_heads
+    offs_dv = tl.arange(0, DV_PAD)
+    mask = head_ok[:, None] & (offs_dv[None, :] < HEAD_SIZE_V)
+    # qsl[0] == 0, so only a malformed table gives -1 here; such rows read a valid split index
+    seq = tl.maximum(_find_sequence(query_start_loc_ptr, stride_qsl, num_seqs, tok, 0), 0)
+    is_seq = seq < num_seqs
+    seq_len = tl.load(seq_lens_ptr + seq * stride_sl, mask=is_seq, other=0)
+    seq_splits = tl.minimum((tl.maximum(seq_len, 0) + split_tokens - 1) // split_tokens, num_splits)
+    v_scale = 1.0
+    if IS_FP8:
+        v_scale = tl.load(v_scale_ptr)
+
+    merged_m = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    merged_l = tl.zeros([BLOCK_H], tl.float32)
+    merged_acc = tl.zeros([BLOCK_H, DV_PAD], tl.float32)
+    if HAS_SINKS:
+        sink = tl.load(sinks_ptr + heads, mask=head_ok, other=float("-inf")).to(tl.float32)
+        sink = tl.where(is_seq, sink, float("-inf"))  # padding rows: 0 and -inf, no sink
+        merged_m, merged_l, merged_acc = merge_partial(
+            merged_m, merged_l, merged_acc, sink * LOG2E, tl.zeros([BLOCK_H, DV_PAD], tl.float32)
+        )
+    po_base = part_out_ptr + tok.to(tl.int64) * stride_po_tok + heads[:, None] * stride_po_head + offs_dv[None, :]
+    pl_base = part_lse_ptr + tok.to(tl.int64) * stride_pl_tok + heads
+    # Four splits per iteration, loaded before any is merged: a loop of one load and one merge
+    # waits a full memory latency per split (32 splits of B1 x 32768: 30 us). Splits past
+    # seq_splits read as empty partials, exactly as the attention kernel merges them.
+    tl.static_assert(MERGE_GROUP == 4)
+    for split in range(0, seq_splits, MERGE_GROUP):
+        pl = pl_base + split * stride_pl_split
+        po = po_base + split * stride_po_split
+        left = seq_splits - split
+        lse0, out0 = _load_partial(pl, po, 0, left, stride_pl_split, stride_po_split, head_ok, mask)
+        lse1, out1 = _load_partial(pl, po, 1, left, stride_pl_split, stride_po_split, head_ok, mask)
+        lse2, out2 = _load_partial(pl, po, 2, left, stride_pl_split, stride_po_split, head_ok, mask)
+        lse3, out3 = _load_partial(pl, po, 3, left, stride_pl_split, stride_po_split, head_ok, mask)
+        merged_m, merged_l, merged_acc = merge_partial(merged_m, merged_l, merged_acc, lse0, out0)
+        merged_m, merged_l, merged_acc = merge_partial(merged_m, merged_l, merged_acc, lse1, out1)
+        merged_m, merged_l, merged_acc = merge_partial(merged_m, merged_l, merged_acc, lse2, out2)
+        merged_m, merged_l, merged_acc = merge_partial(merged_m, merged_l, merged_acc, lse3, out3)
+
+    out, lse = merged_to_output(merged_m, merged_l, merged_acc, v_scale)
+    o_ptrs = out_ptr + tok.to(tl.int64) * stride_o_tok + heads[:, None] * stride_o_head + offs_dv[None, :]
+    tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=mask)
+    if HAS_LSE:
+        tl.store(lse_ptr + tok.to(tl.int64) * stride_lse_tok + heads * stride_lse_head, lse, mask=head_ok)
+
+
+@triton.jit
+def _load_partial(pl_ptr, po_ptr, k, left, stride_pl_split, stride_po_split, head_ok, mask):
+    """Partial state ``k`` splits on of ``[BLOCK_H]`` heads: ``(lse [BLOCK_H], out [BLOCK_H, DV_PAD])``;
+    an empty one (-inf, 0) when only ``left <= k`` splits remain."""
+    in_range = (tl.zeros_like(head_ok.to(tl.int32)) + k) < left
+    part_lse = tl.load(pl_ptr + k * stride_pl_split, mask=head_ok & in_range, other=float("-inf"))
+    part_out = tl.load(po_ptr + k * stride_po_split, mask=mask & in_range[:, None], other=0.0)
+    return part_lse, part_out
+
+
+def _pad(size: int) -> int:
+    return max(16, triton.next_power_of_2(size))
+
+
+def _plan_splits(
+    device: torch.device, programs_per_split: int, programs_per_sm: int, capacity: int, tile_n: int,
+    partial_bytes_per_split: int, split_tokens: int | None,
+) -> tuple[int, int, bool]:
+    """``(split_tokens, num_splits, write_partial)`` from shapes only.
+
+    ``split_tokens`` given (batch-invariant mode, tests): split at its multiples. Otherwise split
+    until the programs fill the GPU's resident slots once, not below ``_MIN_SPLIT_TILES`` tiles
+    a split. Splits go through the workspace unless it would exceed ``_WORKSPACE_BYTES``; then
+    each program merges its sequence's splits itself.
+    """
+    if split_tokens is None:
+        slots = _num_sms(device) * programs_per_sm
+        splits = min(slots // max(programs_per_split, 1), triton.cdiv(capacity, _MIN_SPLIT_TILES * tile_n))
+        splits = min(splits, _WORKSPACE_BYTES // max(partial_bytes_per_split, 1))
+        if splits <= 1:
+            return _NO_SPLIT, 1, False
+        split_tokens = triton.cdiv(capacity, splits)
+    split_tokens = triton.cdiv(split_tokens, tile_n) * tile_n
+    num_splits = max(triton.cdiv(capacity, split_tokens), 1)
+    write_partial = num_splits * partial_bytes_per_split <= _WORKSPACE_BYTES
+    return split_tokens, num_splits, write_partial
+
+
+def paged_attention(
+    query: Tensor, key_cache: Tensor, value_cache: Tensor,
+    block_table: Tensor, seq_lens: Tensor, query_start_loc: Tensor,
+    out: Tensor, lse: Tensor | None,
+    *,
+    scale: float, causal: bool, window_left: int, window_right: int, softcap: float,
+    alibi_slopes: Tensor | None, sinks: Tensor | None, k_scale: Tensor | None, v_scale: Tensor | None,
+    attention_chunk_size: int, max_query_len: int = -1, split_tokens: int | None = None,
+) -> None:
+    """Paged attention into ``out`` [T, Hq, Dv] and ``lse`` [T, Hq] (natural log, or None);
+    semantics of ``lowering.reference.attention``. Inputs were validated by the op.
+
+    ``split_tokens`` (tests, tuning) forces split-KV at multiples of that many key positions
+    (rounded up to the tile), as batch-invariant mode does with its fixed size.
+    """
+    num_tokens, num_heads, head_size = query.shape
+    num_blocks, block_size, num_kv_heads, _ = key_cache.shape
+    head_size_v = value_cache.shape[3]
+    num_seqs, max_blocks = block_table.shape
+    if num_tokens == 0 or num_heads == 0:
+        return
+    group = num_heads // num_kv_heads
+    num_head_groups = triton.cdiv(group, _MAX_HEADS_PER_PROGRAM)
+    heads = triton.cdiv(group, num_head_groups)
+    invariant = _config.is_batch_invariant()
+    if invariant and split_tokens is None:
+        split_tokens = _INVARIANT_SPLIT_TOKENS
+    decode = invariant or max_query_len == 1 or (max_query_len < 0 and num_tokens <= num_seqs)
+    d_pad, dv_pad = _pad(head_size), _pad(head_size_v)
+    configs = _DECODE_CONFIGS if decode else _PREFILL_CONFIGS
+    block_m, tile_n, num_warps, num_stages, programs_per_sm = configs[max(d_pad, dv_pad)]
+    if not decode and max_query_len > 0:  # short queries (speculative decoding): fewer empty rows
+        block_m = min(block_m, _pad(max_query_len * heads))
+    block_m = max(block_m, triton.next_power_of_2(heads))
+    block_q = block_m // heads
+    num_q_blocks = num_tokens // block_q + num_seqs + 1
+    busy_q_blocks = min(num_tokens // block_q + num_seqs, num_tokens)
+    split_tokens, num_splits, write_partial = _plan_splits(
+        query.device, busy_q_blocks * num_kv_heads * num_head_groups, programs_per_sm,
+        max_blocks * block_size, tile_n, num_tokens * num_heads * (head_size_v + 1) * 4, split_tokens,
+    )
+    is_fp8 = key_cache.dtype in _FP8
+    if write_partial:
+        f32 = dict(dtype=torch.float32, device=query.device)
+        part_out = torch.empty((num_tokens, num_splits, num_heads, head_size_v), **f32)
+        part_lse = torch.empty((num_tokens, num_splits, num_heads), **f32)
+    else:  # never dereferenced: WRITE_PARTIAL is off
+        part_out, part_lse = out, out
+    unbounded = 1 << 29  # a window side of -1 reaches every position below 2^28
+    lse_t = lse if lse is not None else out
+    lse_strides = (lse.stride(0), lse.stride(1)) if lse is not None else (0, 0)
+    grid = (num_q_blocks, num_kv_heads * num_head_groups, num_splits if write_partial else 1)
+    po_strides = part_out.stride()[:3] if write_partial else (0, 0, 0)
+    pl_strides = part_lse.stride()[:2] if write_partial else (0, 0)
+    launch(_attention_kernel, grid, query)(
+        query_ptr=query, key_cache_ptr=key_cache, value_cache_ptr=value_cache,
+        block_table_ptr=block_table, seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc,
+        out_ptr=out, lse_ptr=lse_t,
+        alibi_slopes_ptr=alibi_slopes if alibi_slopes is not None else query,
+        sinks_ptr=sinks if sinks is not None else query,
+        k_scale_ptr=k_scale if is_fp8 else query, v_scale_ptr=v_scale if is_fp8 else query,
+        part_out_ptr=part_out, part_lse_ptr=part_lse,
+        scale=float(scale), softcap=float(softcap),
+        window_left=window_left if window_left >= 0 else unbounded,
+        window_right=window_right if window_right >= 0 else unbounded,
+        chunk_size=max(attention_chunk_size, 1),
+        split_tokens=split_tokens, num_splits=num_splits, num_tokens=num_tokens, num_seqs=num_seqs,
+        num_blocks=num_blocks, max_blocks=max_blocks,
+        stride_q_tok=query.stride(0), stride_q_head=query.stride(1),
+        stride_kc_block=key_cache.stride(0), stride_kc_slot=key_cache.stride(1), stride_kc_head=key_cache.stride(2),
+        stride_vc_block=value_cache.stride(0), stride_vc_slot=value_cache.stride(1),
+        stride_vc_head=value_cache.stride(2),
+        stride_bt_seq=block_table.stride(0), stride_bt_block=block_table.stride(1),
+        stride_sl=seq_lens.stride(0), stride_qsl=query_start_loc.stride(0),
+        stride_o_tok=out.stride(0), stride_o_head=out.stride(1),
+        stride_lse_tok=lse_strides[0], stride_lse_head=lse_strides[1],
+        stride_po_tok=po_strides[0], stride_po_split=po_strides[1], stride_po_head=po_strides[2],
+        stride_pl_tok=pl_strides[0], stride_pl_split=pl_strides[1],
+        GROUP=group, HEADS=heads, NUM_HEAD_GROUPS=num_head_groups,
+        HEAD_SIZE=head_size, HEAD_SIZE_V=head_size_v, D_PAD=d_pad, DV_PAD=dv_pad,
+        BLOCK_SIZE=block_size, BLOCK_M=block_m, BLOCK_Q=block_q, TILE_N=tile_n,
+        CAUSAL=bool(causal), USE_WINDOW=window_left >= 0 or window_right >= 0, USE_CHUNK=attention_chunk_size > 0,
+        USE_SOFTCAP=softcap > 0, USE_ALIBI=alibi_slopes is not None, HAS_SINKS=sinks is not None,
+        IS_FP8=is_fp8, HAS_LSE=lse is not None, WRITE_PARTIAL=write_partial,
+        DOT_PRECISION="ieee" if query.dtype == torch.float32 else "tf32",
+        DOT_UPCAST=_interpreting() and query.dtype == torch.bfloat16,
+        MERGE_GROUP=1 if split_tokens == _NO_SPLIT else _MERGE_GROUP,
+        num_warps=num_warps, num_stages=num_stages,
+    )
+    if not write_partial:
+        return
+    block_h = max(1, min(triton.next_power_of_2(num_heads), 512 // dv_pad))  # 4 x [block_h, Dv] in flight
+    launch(_combine_kernel, (num_tokens, triton.cdiv(num_heads, block_h)), query)(
+        part_out_ptr=part_out, part_lse_ptr=part_lse, seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc,
+        sinks_ptr=sinks if sinks is not None else query, v_scale_ptr=v_scale if is_fp8 else query,
+        out_ptr=out, lse_ptr=lse_t,
+        split_tokens=split_tokens, num_splits=num_splits, num_tokens=num_tokens, num_seqs=num_seqs,
+        num_heads=num_heads,
+        stride_sl=seq_lens.stride(0), stride_qsl=query_start_loc.stride(0),
+        stride_po_tok=po_strides[0], stride_po_split=po_strides[1], stride_po_head=po_strides[2],
+        stride_pl_tok=pl_strides[0], stride_pl_split=pl_strides[1],
+        stride_o_tok=out.stride(0), stride_o_head=out.stride(1),
+        stride_lse_tok=lse_strides[0], stride_lse_head=lse_strides[1],
+        HEAD_SIZE_V=head_size_v, DV_PAD=dv_pad, BLOCK_H=block_h,
+        HAS_SINKS=sinks is not None, IS_FP8=is_fp8, HAS_LSE=lse is not None, MERGE_GROUP=_MERGE_GROUP,
+        num_warps=4,
+    )
