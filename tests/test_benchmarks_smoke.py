@@ -149,3 +149,18 @@ def test_plot(results, tmp_path):
     assert set(plot.series(doc)) >= {"torch_paged_attn", "gather+sdpa", "torch_paged_attn fp8"}
     png = tmp_path / "plot.png"
     assert plot.plot(doc, str(png)) and png.stat().st_size > 0
+
+
+def test_mla_decode_cpu(tmp_path):
+    mla = _load("mla_decode")
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        argv = ["--device", "cpu", "--tiny", "--quick", "--shapes", "B128*,mtp2*,fp8*", "--out", str(tmp_path)]
+        assert mla.main(argv) == 0
+    doc = json.loads(next(tmp_path.glob("mla_decode-*.json")).read_text())
+    assert doc["copy_gbps"] > 0 and doc["matmul_tflops"] > 0
+    for r in doc["rows"]:
+        assert set(r) == ROW_KEYS, set(r) ^ ROW_KEYS
+        if r["provider"] == "flash_attn_4(qv)":
+            assert r["status"] == "n/a" and r["reason"] == "needs CUDA"
+        else:
+            assert r["status"] == "ok" and r["extra"]["max_err"] < 0.05 and r["tflops"] > 0, r

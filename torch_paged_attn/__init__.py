@@ -17,6 +17,9 @@ Module responsibilities (the path of one call, top to bottom)::
 - The op body is also the fake kernel: it allocates outputs from shapes and launches nothing on
   fake tensors, so ``torch.compile(fullgraph=True)`` and ``torch.export`` see one node per call.
   Off CUDA the body runs the reference, which is traceable (no host synchronisation).
+- ``mla.py``: a DeepSeek-style MLA ``nn.Module`` on the ops (decode: W_UK absorbed, ``mla_decode``;
+  prefill: ``paged_attention`` over the new tokens + the cached context in chunks through
+  ``gather_cache`` / ``merge_attn_states``).
 - ``testing.py`` builds inputs (block tables, caches with garbage in unused slots, ragged batches)
   for the tests and the benchmarks alike.
 - ``TORCH_PAGED_ATTN_DEBUG=1`` (read per call) adds value checks that synchronise.
@@ -24,6 +27,7 @@ Module responsibilities (the path of one call, top to bottom)::
 
 from . import ops
 from ._config import batch_invariant, is_batch_invariant, set_batch_invariant
+from .mla import MLAAttention
 from .ops import (
     concat_and_cache_mla,
     gather_cache,
@@ -38,6 +42,7 @@ from .ops import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "MLAAttention",
     "batch_invariant",
     "is_batch_invariant",
     "set_batch_invariant",

@@ -15,6 +15,7 @@ from types import ModuleType
 # op -> kernel family module
 _FAMILIES: dict[str, str] = {
     "paged_attention": "paged_attention",
+    "mla_decode": "mla",
     "reshape_and_cache": "kv_cache",
     "concat_and_cache_mla": "kv_cache",
     "gather_cache": "kv_cache",

@@ -1,0 +1,314 @@
+"""MLA decode against the copy bandwidth and the bf16 matmul rate: one command, one process.
+
+    python benchmarks/mla_decode.py [--shapes B128,H128] [--quick] [--out DIR]
+    python benchmarks/mla_decode.py --device cpu --tiny --quick      # smoke run, no GPU
+
+Measures the device's copy bandwidth and its bf16 matmul rate first (8192^3 ``torch.matmul``,
+median), then for each shape of the table (DeepSeek-V2/V3 decode: latent 512 + rope 64, bf16
+queries, block 64, cache bf16 unless the name says fp8) times every contender:
+
+    torch_paged_attn        this project (mla_decode: absorbed queries, one read of each cache row)
+    gather+einsum           torch ops: gather every sequence's pages, scores by einsum, softmax,
+                            einsum with the latent (padded batch, eager)
+    flash_attn_4(qv)        flash_attn.cute.flash_attn_varlen_func with page_table and ``qv`` (the
+                            latent query), where the installed FlashAttention-4 accepts it
+
+and prints microseconds (p50, p20-p80), GB/s and % of the copy bandwidth on the cache bytes
+(``cache_bytes``: ``B * ctx * (L + R) * cache_bytes``, the figure the targets use; queries and
+outputs, < 1 %, in ``extra``), and TFLOP/s with % of the measured matmul rate (``mla_flops``).
+Targets on an H100: H16 shapes >= 85 % of copy, H128 shapes >= 40 % of the matmul rate. A
+contender that cannot run prints n/a with the reason. Every output is checked against an fp32
+gather of two sequences (``max_err``). JSON rows go to ``<out>/mla_decode-<gpu>-<date>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import inspect
+import math
+import os
+import sys
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]  # the harness, and the checkout (also when not pip-installed)
+import _harness as H  # noqa: E402
+from paged_attention import Contender, Unavailable, _max_err, _reason, _selected  # noqa: E402
+
+import torch_paged_attn as tpa  # noqa: E402
+
+RESULTS = os.path.join(HERE, "results")
+FP8 = torch.float8_e4m3fn
+
+
+@dataclass(frozen=True)
+class Shape:
+    """``batch`` sequences of ``seq_len`` visible keys; the last ``q_len`` tokens of each query."""
+
+    name: str
+    batch: int
+    seq_len: int
+    num_heads: int
+    q_len: int = 1
+    latent: int = 512
+    rope: int = 64
+    block_size: int = 64
+    cache_dtype: torch.dtype = torch.bfloat16
+    dtype: torch.dtype = torch.bfloat16
+
+
+SHAPES = [
+    Shape("B128_ctx4096_H16", 128, 4096, 16),
+    Shape("B32_ctx8192_H16", 32, 8192, 16),
+    Shape("B64_ctx4096_H128", 64, 4096, 128),
+    Shape("B1_ctx32768_H128", 1, 32768, 128),
+    Shape("mtp2_B64_ctx4096_H16", 64, 4096, 16, q_len=2),
+    Shape("fp8_B128_ctx4096_H16", 128, 4096, 16, cache_dtype=FP8),
+]
+
+
+def tiny(s: Shape) -> Shape:
+    """A stand-in of the same name and kind, small enough for the reference backend on a CPU."""
+    return replace(s, batch=min(s.batch, 3), seq_len=max(s.seq_len // 128, 8), num_heads=4 if s.num_heads <= 16 else 8,
+                   latent=64, rope=16, block_size=16)
+
+
+def _esize(dtype: torch.dtype) -> int:
+    return torch.empty(0, dtype=dtype).element_size()
+
+
+def cache_bytes(s: Shape) -> tuple[int, str]:
+    """Every visible cache row read once: ``B * ctx * (L + R) * cache_bytes``."""
+    c = _esize(s.cache_dtype)
+    return s.batch * s.seq_len * (s.latent + s.rope) * c, f"{s.batch}*{s.seq_len}*({s.latent}+{s.rope})*{c}"
+
+
+def mla_flops(s: Shape) -> int:
+    """``2 * (L + R)`` (scores) + ``2 * L`` (latent output) per visible (query, key, head); query
+    ``t`` of ``q_len`` sees ``ctx - q_len + t + 1`` keys."""
+    pairs = s.batch * sum(s.seq_len - s.q_len + t + 1 for t in range(s.q_len))
+    return pairs * s.num_heads * 2 * (2 * s.latent + s.rope)
+
+
+@dataclass
+class Inputs:
+    q_latent: torch.Tensor  # [T, H, L]
+    q_rope: torch.Tensor  # [T, H, R]
+    kv_cache: torch.Tensor  # [NB, BS, L + R]
+    block_table: torch.Tensor
+    seq_lens: torch.Tensor
+    query_start_loc: torch.Tensor
+    kv_scale: torch.Tensor | None
+
+    def args(self) -> tuple[torch.Tensor, ...]:
+        return (self.q_latent, self.q_rope, self.kv_cache, self.block_table, self.seq_lens, self.query_start_loc)
+
+
+def make_inputs(s: Shape, device: torch.device, seed: int) -> Inputs:
+    """A uniform batch whose blocks sit in shuffled order in a cache that holds exactly them."""
+    blocks = math.ceil(s.seq_len / s.block_size)
+    nb = s.batch * blocks
+    g = torch.Generator(device=device).manual_seed(0)
+    table = torch.randperm(nb, device=device, generator=g).view(s.batch, blocks).to(torch.int32)
+    g.manual_seed(1 + seed)
+    width = s.latent + s.rope
+    cache = torch.randn(nb, s.block_size, width, device=device, dtype=s.dtype, generator=g).to(s.cache_dtype)
+    T = s.batch * s.q_len
+    return Inputs(
+        q_latent=torch.randn(T, s.num_heads, s.latent, device=device, dtype=s.dtype, generator=g),
+        q_rope=torch.randn(T, s.num_heads, s.rope, device=device, dtype=s.dtype, generator=g),
+        kv_cache=cache,
+        block_table=table,
+        seq_lens=torch.full((s.batch,), s.seq_len, dtype=torch.int32, device=device),
+        query_start_loc=torch.arange(s.batch + 1, dtype=torch.int32, device=device) * s.q_len,
+        kv_scale=torch.ones((), device=device) if s.cache_dtype == FP8 else None,
+    )
+
+
+def _scale(s: Shape) -> float:
+    return 1.0 / math.sqrt(s.latent // 4 + s.rope)  # DeepSeek: 1 / sqrt(qk_nope 128 + rope 64)
+
+
+def _pages(s: Shape, x: Inputs, seqs: torch.Tensor | slice) -> torch.Tensor:
+    """``[B', ctx, L + R]`` rows of the sequences ``seqs``, dequantised to the query dtype."""
+    blocks = math.ceil(s.seq_len / s.block_size)
+    rows = x.kv_cache[x.block_table[seqs, :blocks].long()]
+    rows = rows.flatten(1, 2)[:, : s.seq_len]
+    if x.kv_scale is not None:
+        rows = rows.to(s.dtype) * x.kv_scale.to(s.dtype)
+    return rows
+
+
+def gather_einsum_call(s: Shape, x: Inputs, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Naive absorbed MLA: gather, einsum scores, softmax, einsum with the latent. ``[T, H, L]``."""
+    dtype = dtype or s.dtype
+    kv = _pages(s, x, slice(None)).to(dtype)  # [B, ctx, L + R]
+    q = torch.cat([x.q_latent, x.q_rope], -1).to(dtype).view(s.batch, s.q_len, s.num_heads, -1)
+    scores = torch.einsum("bqhd,bnd->bhqn", q, kv).float() * _scale(s)
+    if s.q_len > 1:  # causal, bottom-right aligned
+        pos = torch.arange(s.q_len, device=q.device)[:, None] + (s.seq_len - s.q_len)
+        scores = scores.masked_fill(torch.arange(s.seq_len, device=q.device)[None, :] > pos, float("-inf"))
+    p = scores.softmax(-1).to(dtype)
+    out = torch.einsum("bhqn,bnl->bqhl", p, kv[..., : s.latent])
+    return out.reshape(-1, s.num_heads, s.latent)
+
+
+def ours(s: Shape, copies: list[Inputs], device: torch.device) -> Contender:
+    def make(x: Inputs):
+        return lambda: tpa.mla_decode(*x.args(), scale=_scale(s), causal=True, kv_scale=x.kv_scale)[0]
+
+    fns = [make(x) for x in copies]
+    _, note = H.backend_of(fns[0])
+    return Contender(fns, lambda out: out, note)
+
+
+def gather_einsum(s: Shape, copies: list[Inputs], device: torch.device) -> Contender:
+    return Contender([(lambda x=x: gather_einsum_call(s, x)) for x in copies], lambda out: out)
+
+
+def flash_attn_4_qv(s: Shape, copies: list[Inputs], device: torch.device) -> Contender:
+    if device.type != "cuda":
+        raise Unavailable("needs CUDA")
+    if s.cache_dtype != s.dtype:
+        raise Unavailable("no fp8 KV cache in flash_attn.cute")
+    try:
+        from flash_attn.cute import flash_attn_varlen_func
+    except Exception as e:  # ImportError, or a CuTe DSL that fails to load
+        raise Unavailable(f"flash_attn.cute not importable ({type(e).__name__}: {str(e)[:80]})") from e
+    if "qv" not in inspect.signature(flash_attn_varlen_func).parameters:
+        raise Unavailable("flash_attn.cute.flash_attn_varlen_func has no qv argument")
+
+    def make(x: Inputs):
+        # q = the rope query against k = the rope part; qv = the latent query against v = the latent
+        k = x.kv_cache[..., s.latent :].unsqueeze(2)
+        v = x.kv_cache[..., : s.latent].unsqueeze(2)
+
+        def run():
+            out = flash_attn_varlen_func(
+                x.q_rope, k, v, qv=x.q_latent,
+                cu_seqlens_q=x.query_start_loc, seqused_k=x.seq_lens,
+                max_seqlen_q=s.q_len, max_seqlen_k=s.seq_len, page_table=x.block_table,
+                softmax_scale=_scale(s), causal=True,
+            )
+            return out[0] if isinstance(out, tuple) else out
+
+        return run
+
+    return Contender([make(x) for x in copies], lambda out: out)
+
+
+CONTENDERS: dict[str, Callable[[Shape, list[Inputs], torch.device], Contender]] = {
+    "torch_paged_attn": ours,
+    "gather+einsum": gather_einsum,
+    "flash_attn_4(qv)": flash_attn_4_qv,
+}
+
+
+def matmul_rate(device: torch.device, quick: bool) -> tuple[float, H.Timing]:
+    """TFLOP/s of one square matmul (bf16 8192^3 on CUDA; fp32 256^3 on a CPU smoke run)."""
+    n, dtype = (8192, torch.bfloat16) if device.type == "cuda" else (256, torch.float32)
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    out = torch.empty(n, n, device=device, dtype=dtype)
+    t = H.bench([lambda: torch.matmul(a, b, out=out)], device, quick=quick)
+    del a, b, out
+    return 2 * n**3 / (t.p50_us * 1e-6) / 1e12, t
+
+
+def run_shape(s: Shape, device: torch.device, copy_gbps: float, matmul_tflops: float, quick: bool,
+              providers: list[str] | None) -> list[H.Row]:
+    nbytes, formula = cache_bytes(s)
+    flops = mla_flops(s)
+    per_copy = nbytes + 2 * s.batch * s.q_len * s.num_heads * (2 * s.latent + s.rope)
+    copies = [make_inputs(s, device, seed) for seed in range(H.rotations(per_copy, device))]
+    seqs = sorted({0, s.batch - 1})
+    picked = [t for i in seqs for t in range(i * s.q_len, (i + 1) * s.q_len)]
+    want = gather_einsum_call(s, copies[0], torch.float32)[picked]
+    rows = []
+    for name, build in CONTENDERS.items():
+        if not _selected(name, providers):
+            continue
+        row = H.Row(shape=s.name, provider=name, dtype=str(s.cache_dtype).replace("torch.", ""),
+                    bytes=nbytes, bytes_formula=formula, flops=flops)
+        row.extra.update(batch=s.batch, q_len=s.q_len, seq_len=s.seq_len, num_heads=s.num_heads,
+                         latent=s.latent, rope=s.rope, block_size=s.block_size,
+                         query_output_bytes=per_copy - nbytes)
+        dead = H.cuda_alive(device)
+        if dead:
+            row.status, row.reason = "n/a", dead
+            rows.append(row)
+            continue
+        H.progress(f"  {s.name}: {name}")
+        try:
+            c = build(s, copies, device)
+            err = _max_err(c.tokens(c.fns[0]())[picked], want)
+            row.extra["max_err"] = err
+            row.fill(H.bench(c.fns, device, quick=quick), copy_gbps)
+            if row.tflops is not None and matmul_tflops > 0:
+                row.extra["pct_matmul"] = 100.0 * row.tflops / matmul_tflops
+            notes = [c.note] if c.note else []
+            if not err < 0.05:  # bf16 outputs over 576-wide dot products: ~1e-2 when right
+                notes.append(f"WRONG RESULT: max rel err {err:.2g}")
+            row.extra["note"] = "; ".join(notes)
+        except Exception as e:  # one contender's failure never stops the run
+            row.status, row.reason = "n/a", _reason(e)
+        rows.append(row)
+    del copies
+    gc.collect()
+    if device.type == "cuda" and H.cuda_alive(device) is None:
+        torch.cuda.empty_cache()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", help="comma-separated names or globs (substring match), e.g. H16,B1*")
+    ap.add_argument("--providers", help="comma-separated contender names or globs")
+    ap.add_argument("--quick", action="store_true", help="5 samples per contender instead of 30")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--tiny", action="store_true", help="small stand-in shapes (smoke runs)")
+    ap.add_argument("--out", default=RESULTS, help="directory of the JSON results")
+    args = ap.parse_args(argv)
+    device = H.resolve_device(args.device)
+    if device.type == "cpu" and not args.tiny:
+        ap.error("--device cpu runs only the --tiny stand-in shapes")
+    split = lambda v: [p.strip() for p in v.split(",") if p.strip()] if v else None  # noqa: E731
+    shapes = [tiny(s) if args.tiny else s for s in SHAPES if _selected(s.name, split(args.shapes))]
+    if not shapes:
+        ap.error(f"--shapes {args.shapes!r} matches none of: {', '.join(s.name for s in SHAPES)}")
+
+    meta = H.device_info(device)
+    meta["flash_attn_4"] = H.package_version("flash_attn", "flash-attn-4") if device.type == "cuda" else None
+    meta["args"] = vars(args)
+    H.progress(f"device: {meta['gpu']}  torch {meta['torch']}  triton {meta['triton']}")
+    copy_gbps, copy_t = H.copy_bandwidth(device, quick=args.quick)
+    matmul_tflops, matmul_t = matmul_rate(device, args.quick)
+    meta.update(copy_gbps=copy_gbps, copy_us=copy_t.p50_us, matmul_tflops=matmul_tflops, matmul_us=matmul_t.p50_us)
+    print(f"copy bandwidth: {copy_gbps:.0f} GB/s (read + write, median of {copy_t.samples})")
+    print(f"matmul rate: {matmul_tflops:.1f} TFLOP/s ({'bf16 8192^3' if device.type == 'cuda' else 'fp32 256^3'})")
+    path = H.json_path("mla_decode", meta, args.out)
+
+    rows: list[H.Row] = []
+    for s in shapes:
+        H.progress(f"{s.name} ...")
+        try:
+            shape_rows = run_shape(s, device, copy_gbps, matmul_tflops, args.quick, split(args.providers))
+        except Exception as e:  # building the inputs failed (out of memory, say): the run goes on
+            shape_rows = [H.Row(shape=s.name, provider="*", dtype=str(s.cache_dtype).replace("torch.", ""),
+                                status="n/a", reason=f"inputs: {_reason(e)}")]
+        rows.extend(shape_rows)
+        H.write_json(path, "mla_decode", rows, meta)
+    H.print_table(rows, f"MLA decode ({meta['gpu']}, copy {copy_gbps:.0f} GB/s, matmul {matmul_tflops:.1f} TFLOP/s)")
+    for r in rows:
+        if r.status == "ok" and "pct_matmul" in r.extra:
+            print(f"{r.shape:24s} {r.provider:18s} {r.extra['pct_matmul']:.1f} % of matmul rate")
+    print(f"\nJSON: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,396 @@
+"""The Triton MLA decode kernel against a float64 formulation, with the reference's budget.
+
+The truth is absorbed MLA evaluated in float64 from the cache rows each sequence's block table
+names (fp8 rows dequantised); the budget is the reference backend's own error in the working
+precision (``assert_close``). Outputs and LSEs are poisoned with NaN before the kernel writes
+them; the cache holds NaN in every slot no sequence covers and the block table garbage past each
+sequence's used blocks (``make_block_table``).
+
+Two tiers: the interpreter tier (``TRITON_INTERPRET=1``, CPU tensors, latent 32/48/64 + rope 16,
+few heads, and DeepSeek's 512 + 64 row once) and the GPU tier (CUDA: latent 512 + rope 64, 8 to
+128 heads, block sizes 16/24/32/64, fp8, speculative tokens, batch invariance, CUDA-graph replay
+with no host synchronisation, the public op under torch.compile).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import zlib
+from dataclasses import dataclass, replace
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+import torch_paged_attn  # noqa: E402  (registers the ops)
+from torch_paged_attn import _config  # noqa: E402
+from torch_paged_attn.lowering import reference  # noqa: E402
+from torch_paged_attn.lowering.triton import mla as tmla  # noqa: E402
+from torch_paged_attn.lowering.triton import paged_attention as tpa  # noqa: E402
+from torch_paged_attn.testing import FP8_DTYPES, assert_close, make_block_table, random_cache  # noqa: E402
+
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+_CUDA = torch.cuda.is_available() and not _INTERPRET
+interpreter_tier = pytest.mark.skipif(not _INTERPRET, reason="needs TRITON_INTERPRET=1")
+gpu_tier = pytest.mark.skipif(not _CUDA, reason="needs CUDA (and TRITON_INTERPRET unset)")
+
+BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+_SHORT = {FP32: "fp32", BF16: "bf16", FP16: "fp16", E4M3: "e4m3", E5M2: "e5m2"}
+
+
+@dataclass(frozen=True)
+class Case:
+    q_lens: tuple[int, ...]
+    kv_lens: tuple[int, ...]
+    num_heads: int = 4
+    latent: int = 32
+    rope: int = 16
+    block_size: int = 16
+    dtype: torch.dtype = BF16
+    cache_dtype: torch.dtype | None = None
+    causal: bool = True
+    with_lse: bool = True
+    pad_tokens: int = 0
+    strided: bool = False  # cache a layer of [NB, 2, BS, W]; q and out slices of wider tensors
+    split_tokens: int | None = None
+    hint: bool = False  # pass max_query_len = max(q_lens)
+
+    @property
+    def id(self) -> str:
+        s = f"B{len(self.q_lens)}_q{max(self.q_lens)}_kv{max(self.kv_lens)}_H{self.num_heads}"
+        s += f"_L{self.latent}_R{self.rope}_bs{self.block_size}_{_SHORT[self.dtype]}"
+        s += f"_{_SHORT[self.cache_dtype]}" if self.cache_dtype is not None else ""
+        s += "" if self.causal else "_noncausal"
+        s += "" if self.with_lse else "_nolse"
+        s += f"_pad{self.pad_tokens}" if self.pad_tokens else ""
+        s += "_strided" if self.strided else ""
+        s += f"_split{self.split_tokens}" if self.split_tokens else ""
+        s += "_hint" if self.hint else ""
+        return s
+
+
+@dataclass
+class MlaBatch:
+    q_latent: torch.Tensor
+    q_rope: torch.Tensor
+    kv_cache: torch.Tensor
+    block_table: torch.Tensor
+    seq_lens: torch.Tensor
+    query_start_loc: torch.Tensor
+    kv_scale: torch.Tensor | None
+    scale: float
+
+    def args(self) -> tuple[torch.Tensor, ...]:
+        return (self.q_latent, self.q_rope, self.kv_cache, self.block_table, self.seq_lens, self.query_start_loc)
+
+
+def make_batch(case: Case, device: str, seed: int) -> MlaBatch:
+    g = torch.Generator().manual_seed(seed)
+    cache_dtype = case.cache_dtype or case.dtype
+    width = case.latent + case.rope
+    used = sum(-(-n // case.block_size) for n in case.kv_lens)
+    num_blocks = used + 3
+    table, covered = make_block_table(list(case.kv_lens), case.block_size, num_blocks, g)
+    kv_scale, s = None, 1.0
+    if cache_dtype in FP8_DTYPES:
+        s = 0.25 + float(torch.rand(1, generator=g))
+        kv_scale = torch.tensor([s], dtype=torch.float32, device=device)
+    cache = random_cache((num_blocks, case.block_size, width), cache_dtype, "cpu", g, s)
+    if cache_dtype in FP8_DTYPES:
+        cache.view(torch.uint8)[~covered] = 0x7F  # a NaN in e4m3fn and e5m2
+    else:
+        cache[~covered] = float("nan")
+    if case.strided:  # one layer of a cross-layer cache; the other layer is NaN
+        bits = cache.view(torch.uint8) if cache_dtype in FP8_DTYPES else cache
+        buf = torch.full((num_blocks, 2, case.block_size, width), 0x7F if bits.dtype == torch.uint8 else float("nan"),
+                         dtype=bits.dtype)
+        buf[:, 1] = bits
+        cache = buf[:, 1].view(cache_dtype) if bits is not cache else buf[:, 1]
+    num_tokens = sum(case.q_lens) + case.pad_tokens
+    q_lat = torch.randn(num_tokens, case.num_heads, case.latent, generator=g)
+    q_rope = torch.randn(num_tokens, case.num_heads, case.rope, generator=g)
+    if case.pad_tokens:
+        q_lat[sum(case.q_lens):] = float("nan")
+        q_rope[sum(case.q_lens):] = float("nan")
+    if case.strided:  # slices of one fused projection output [T, H, 8 + L + R]
+        fused = torch.full((num_tokens, case.num_heads, 8 + width), float("nan"))
+        fused[..., 8 : 8 + case.latent] = q_lat
+        fused[..., 8 + case.latent :] = q_rope
+        fused = fused.to(case.dtype).to(device)
+        q_lat, q_rope = fused[..., 8 : 8 + case.latent], fused[..., 8 + case.latent :]
+    else:
+        q_lat, q_rope = q_lat.to(case.dtype).to(device), q_rope.to(case.dtype).to(device)
+    qsl = torch.tensor([0, *case.q_lens], dtype=torch.int64).cumsum(0).to(torch.int32)
+    return MlaBatch(
+        q_latent=q_lat,
+        q_rope=q_rope,
+        kv_cache=cache.to(device),
+        block_table=table.to(device),
+        seq_lens=torch.tensor(case.kv_lens, dtype=torch.int32, device=device),
+        query_start_loc=qsl.to(device),
+        kv_scale=kv_scale,
+        scale=(0.5 + float(torch.rand(1, generator=g))) / math.sqrt(case.latent + case.rope),
+    )
+
+
+def truth64(b: MlaBatch, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Absorbed MLA in float64, one sequence at a time: ``(out [T, H, L], lse [T, H])``."""
+    latent = b.q_latent.shape[2]
+    q = torch.cat([b.q_latent, b.q_rope], dim=-1).double().cpu()
+    cache, table = b.kv_cache.cpu(), b.block_table.cpu().long()
+    num_blocks, bs = cache.shape[:2]
+    out = torch.zeros(q.shape[0], q.shape[1], latent, dtype=torch.float64)
+    lse = torch.full(q.shape[:2], float("-inf"), dtype=torch.float64)
+    qsl = b.query_start_loc.cpu().tolist()
+    for i, n in enumerate(b.seq_lens.cpu().tolist()):
+        j = torch.arange(n)
+        ids = table[i, j // bs] if n else torch.zeros(0, dtype=torch.long)
+        ok = (ids >= 0) & (ids < num_blocks)  # a bad block id holds no visible key
+        rows = cache[ids.clamp(0, num_blocks - 1), j % bs].double()
+        if b.kv_scale is not None:
+            rows = rows * float(b.kv_scale.cpu())
+        rows = torch.where(ok[:, None], rows, 0.0)
+        q_len = qsl[i + 1] - qsl[i]
+        for t in range(q_len):
+            visible = ok & ((j <= n - q_len + t) if causal else True)
+            if not visible.any():
+                continue
+            s = q[qsl[i] + t] @ rows.T * b.scale  # [H, n]
+            s = s.masked_fill(~visible, float("-inf"))
+            lse[qsl[i] + t] = torch.logsumexp(s, dim=-1)
+            out[qsl[i] + t] = torch.softmax(s, dim=-1) @ rows[:, :latent]
+    return out, lse
+
+
+def run_triton(b: MlaBatch, *, causal=True, with_lse=True, strided_out=False, **kw):
+    t, h, latent = b.q_latent.shape
+    pad = 24 if strided_out else 0
+    out = torch.full((t, h, latent + pad), float("nan"), dtype=b.q_latent.dtype, device=b.q_latent.device)[..., pad:]
+    lse = torch.full((t, h), float("nan"), device=b.q_latent.device) if with_lse else None
+    tmla.mla_decode(*b.args(), out, lse, scale=b.scale, causal=causal, kv_scale=b.kv_scale, **kw)
+    return out, lse
+
+
+def check(b: MlaBatch, out, lse, causal: bool, dtype: torch.dtype) -> None:
+    ref_out = torch.empty_like(out)
+    ref_lse = torch.empty(out.shape[:2], device=out.device)
+    reference.mla_decode(*b.args(), ref_out, ref_lse, scale=b.scale, causal=causal, kv_scale=b.kv_scale)
+    t_out, t_lse = truth64(b, causal)
+    assert_close(out, t_out, dtype=dtype, reference=ref_out, name="out")
+    if lse is not None:
+        assert_close(lse, t_lse, dtype=dtype, reference=ref_lse, name="lse")
+
+
+def check_case(case: Case, device: str) -> None:
+    b = make_batch(case, device, zlib.crc32(case.id.encode()))
+    hint = max(case.q_lens) if case.hint else -1
+    out, lse = run_triton(b, causal=case.causal, with_lse=case.with_lse, strided_out=case.strided,
+                          max_query_len=hint, split_tokens=case.split_tokens)
+    check(b, out, lse, case.causal, case.dtype)
+
+
+# -- interpreter tier: tiny shapes, every feature at least once ------------------------------
+SMALL = [
+    # decode, kv_len in {0, 1, BS-1, BS, BS+1}, padding rows
+    Case((1, 1, 1, 1, 1, 1), (15, 16, 17, 1, 0, 70), pad_tokens=2),
+    Case((1, 1, 1), (150, 70, 200), split_tokens=64, hint=True),
+    # speculative tokens: causal, bottom-right; a block of several tokens per program
+    Case((2, 3, 1), (129, 65, 3), num_heads=8, hint=True),
+    Case((4, 2), (100, 2), num_heads=4, latent=64, split_tokens=64),
+    Case((3, 2), (40, 70), causal=False, dtype=FP32),
+    Case((1, 1), (100, 41), block_size=8, dtype=FP16, with_lse=False),
+    Case((2, 1), (100, 50), block_size=24, num_heads=5, split_tokens=64),
+    Case((1, 1, 1), (130, 64, 90), block_size=32, num_heads=16, latent=64),
+    Case((1, 2), (90, 33), num_heads=70, block_size=16, dtype=FP16),  # two head groups of 35
+    Case((2, 1), (70, 33), latent=48, num_heads=3, split_tokens=64),  # latent halves of 32 + 16 columns
+    Case((1, 2, 1), (150, 9, 200), cache_dtype=E4M3, split_tokens=64),
+    Case((2, 1), (70, 130), cache_dtype=E5M2, dtype=FP16),
+    Case((2, 1, 1), (70, 130, 33), strided=True, split_tokens=64, pad_tokens=1),
+    Case((1, 1), (70, 40), num_heads=16, latent=512, rope=64, block_size=64),  # DeepSeek's row, once
+]
+
+
+@interpreter_tier
+@pytest.mark.parametrize("case", SMALL, ids=lambda c: c.id)
+def test_mla_interpreted(case: Case) -> None:
+    check_case(case, "cpu")
+
+
+def check_bad_block_ids(device: str, case: Case) -> None:
+    """Ids outside [0, NB) in the used part of the table: those keys are not visible, never read."""
+    b = make_batch(case, device, seed=11)
+    nb, bs = b.kv_cache.shape[:2]
+    bad = (-1, nb, -(2**31), 2**31 - 1)
+    for i, n in enumerate(case.kv_lens):
+        b.block_table[i, (5 * i) % -(-n // bs)] = bad[i % len(bad)]
+    for split in (None, 64):
+        out, lse = run_triton(b, split_tokens=split)
+        assert torch.isfinite(out).all() and not torch.isnan(lse).any()
+        check(b, out, lse, True, case.dtype)
+
+
+@interpreter_tier
+def test_bad_block_ids_interpreted() -> None:
+    check_bad_block_ids("cpu", Case((1, 2, 1), (100, 50, 64), block_size=8))
+
+
+def check_merge_paths_bitwise(device: str, case: Case, monkeypatch) -> None:
+    """Splits through the workspace and the combine kernel, and the same splits merged inside
+    each program: the same bits."""
+    b = make_batch(case, device, seed=21)
+    out_a, lse_a = run_triton(b, split_tokens=case.split_tokens)
+    monkeypatch.setattr(tpa, "_WORKSPACE_BYTES", 0)
+    out_b, lse_b = run_triton(b, split_tokens=case.split_tokens)
+    assert torch.equal(out_a, out_b) and torch.equal(lse_a, lse_b)
+    check(b, out_b, lse_b, True, case.dtype)
+
+
+@interpreter_tier
+def test_merge_paths_bitwise_interpreted(monkeypatch) -> None:
+    check_merge_paths_bitwise("cpu", Case((1, 2, 1), (300, 200, 5), split_tokens=64, dtype=FP16), monkeypatch)
+
+
+@interpreter_tier
+def test_strided_cache_bitwise_interpreted() -> None:
+    """A cache that is one layer of a cross-layer buffer gives the bits of the contiguous one."""
+    case = Case((2, 1), (70, 100), split_tokens=64)
+    b = make_batch(case, "cpu", seed=5)
+    out, lse = run_triton(b, split_tokens=64)
+    wide = torch.full((b.kv_cache.shape[0], 2, *b.kv_cache.shape[1:]), float("nan"), dtype=b.kv_cache.dtype)
+    wide[:, 0] = b.kv_cache
+    b.kv_cache = wide[:, 0]
+    out_s, lse_s = run_triton(b, split_tokens=64)
+    assert torch.equal(out, out_s) and torch.equal(lse, lse_s)
+
+
+def check_batch_invariance(device: str, case: Case, at: int, split: int | None) -> None:
+    """In batch-invariant mode decode sequence ``at`` of ``case`` gives the bits it gives alone."""
+    b = make_batch(case, device, seed=13)
+    with _config.batch_invariant():
+        out, lse = run_triton(b, split_tokens=split)
+        one = torch.tensor([0, 1], dtype=torch.int32, device=device)  # one decode token per sequence
+        alone = MlaBatch(b.q_latent[at : at + 1], b.q_rope[at : at + 1], b.kv_cache, b.block_table[at : at + 1],
+                         b.seq_lens[at : at + 1], one, b.kv_scale, b.scale)
+        out_a, lse_a = run_triton(alone, split_tokens=split)
+    assert torch.equal(out[at], out_a[0]) and torch.equal(lse[at], lse_a[0])
+
+
+@interpreter_tier
+def test_batch_invariant_interpreted() -> None:
+    check_batch_invariance("cpu", Case((1, 1, 1), (90, 300, 17)), at=1, split=128)
+
+
+@interpreter_tier
+def test_public_op_selects_reference_off_cuda() -> None:
+    """On CPU the op runs the reference (the kernel runs only on CUDA tensors)."""
+    b = make_batch(Case((1,), (20,), dtype=FP32), "cpu", seed=1)
+    out, lse = torch_paged_attn.mla_decode(*b.args(), scale=b.scale)
+    check(b, out, lse, True, FP32)
+
+
+# -- GPU tier ----------------------------------------------------------------------------------
+_DECODE = dict(q_lens=(1, 1, 1, 1, 1), kv_lens=(1023, 1, 16, 700, 2100))
+_MTP = dict(q_lens=(2, 2, 1, 3, 2), kv_lens=(1023, 2, 17, 700, 2100))
+_BASE = Case(**_DECODE, num_heads=16, latent=512, rope=64)
+
+
+def _grid() -> list[Case]:
+    cases = []
+    for shape in (_DECODE, _MTP):
+        for h in (8, 16, 32, 64, 128):
+            cases.append(replace(_BASE, **shape, num_heads=h))
+        for bs in (16, 32, 64, 24):
+            cases.append(replace(_BASE, **shape, block_size=bs))
+        for dtype, cache in ((BF16, E4M3), (FP16, E4M3), (BF16, E5M2)):
+            cases.append(replace(_BASE, **shape, dtype=dtype, cache_dtype=cache))
+        cases += [
+            replace(_BASE, **shape, dtype=FP16),
+            replace(_BASE, **shape, split_tokens=256),
+            replace(_BASE, **shape, num_heads=128, split_tokens=512, cache_dtype=E4M3),
+            replace(_BASE, **shape, strided=True, pad_tokens=3),
+            replace(_BASE, **shape, with_lse=False, hint=True),
+            replace(_BASE, **shape, causal=False),
+        ]
+    for latent, rope in ((256, 32), (128, 64), (96, 16)):
+        cases.append(replace(_BASE, latent=latent, rope=rope))
+    return cases
+
+
+@gpu_tier
+@pytest.mark.parametrize("case", _grid(), ids=lambda c: c.id)
+def test_mla_cuda(case: Case) -> None:
+    check_case(case, "cuda")
+
+
+@gpu_tier
+def test_batch_invariant_cuda() -> None:
+    check_batch_invariance("cuda", replace(_BASE, q_lens=(1,) * 40, kv_lens=tuple(range(100, 4100, 100))), 17, None)
+
+
+@gpu_tier
+def test_bad_block_ids_cuda() -> None:
+    check_bad_block_ids("cuda", replace(_BASE, q_lens=(1, 2, 1), kv_lens=(1000, 500, 64)))
+
+
+@gpu_tier
+def test_merge_paths_bitwise_cuda(monkeypatch) -> None:
+    check_merge_paths_bitwise("cuda", replace(_BASE, **_MTP, split_tokens=512), monkeypatch)
+
+
+@gpu_tier
+def test_cuda_graph_replay_and_no_host_sync() -> None:
+    """Capture once (sync-debug "error"), rewrite lengths, table and cache in place, replay: each
+    replay equals the truth of the new contents."""
+    static = make_batch(replace(_BASE, q_lens=(1, 1, 1, 1), kv_lens=(1300,) * 4, cache_dtype=E4M3), "cuda", 0)
+    out = torch.full((4, 16, 512), float("nan"), dtype=BF16, device="cuda")
+    lse = torch.full((4, 16), float("nan"), device="cuda")
+
+    def call():
+        tmla.mla_decode(*static.args(), out, lse, scale=static.scale, causal=True, kv_scale=static.kv_scale)
+
+    call()  # compile outside the capture
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        call()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            call()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for seed, kv_lens in ((1, (30, 1270, 0, 5)), (2, (1, 2, 3, 1100))):
+        new = make_batch(replace(_BASE, q_lens=(1, 1, 1, 1), kv_lens=kv_lens, cache_dtype=E4M3), "cuda", seed)
+        static.block_table.fill_(-1)
+        static.block_table[:, : new.block_table.shape[1]].copy_(new.block_table[:, : static.block_table.shape[1]])
+        static.seq_lens.copy_(new.seq_lens)
+        static.q_latent.copy_(new.q_latent)
+        static.q_rope.copy_(new.q_rope)
+        static.kv_cache.view(torch.uint8).fill_(0x7F)
+        n = min(new.kv_cache.shape[0], static.kv_cache.shape[0])
+        static.kv_cache[:n].copy_(new.kv_cache[:n])
+        static.kv_scale.copy_(new.kv_scale)
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        graph.replay()
+        check(static, out, lse, True, BF16)
+
+
+@gpu_tier
+def test_public_op_cuda_and_compiled() -> None:
+    """The public op runs the Triton kernel on CUDA, eagerly and under torch.compile(fullgraph=True)."""
+    b = make_batch(replace(_BASE, **_MTP), "cuda", seed=3)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        torch_paged_attn.mla_decode(*b.args(), scale=b.scale)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert any("_mla_kernel" in n for n in names), names
+
+    def fn(*args):
+        return torch_paged_attn.mla_decode(*args, scale=b.scale)
+
+    for f in (fn, torch.compile(fn, fullgraph=True)):
+        out, lse = f(*b.args())
+        check(b, out, lse, True, BF16)

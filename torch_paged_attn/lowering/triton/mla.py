@@ -1,0 +1,362 @@
+"""Absorbed multi-head latent attention (DeepSeek-V2 MLA) decode in Triton, split-KV optional.
+
+FlashAttention-2's online softmax over a paged latent cache, W_UK absorbed into the query (as
+FlashMLA and vLLM compute it): every head attends to the same row ``[c | k_pe]`` (latent L + rope
+R) and the latent is the value too, so one load of a row serves both products. The latent is
+tiled in two halves of ``L_PAD / 2`` columns (256 of 512): two score dots, and two [M, L/2]
+accumulators for P @ c, each dot N = 256 wide (the widest Hopper wgmma)::
+
+    s = scale * (q_lo @ c_lo^T + q_hi @ c_hi^T + q_rope @ k_pe^T)     [M, TILE_N]
+    acc_lo += softmax_step(s) @ c_lo;   acc_hi += ... @ c_hi          [M, L/2] each
+M = BLOCK_Q query tokens x HEADS heads (one head group, <= 64 heads; 128 heads form two groups,
+each reading the rows), so a cache tile is loaded once per sequence, split and head group for all
+of them. Split-KV partials are merged by ``paged_attention``'s combine kernel, in split order.
+Grid: axis 0 query block (``T // BLOCK_Q + B + 1`` slots, as ``paged_attention``), axis 1 head
+group, axis 2 kv split. Layouts: q_latent/out ``[T, H, L]``, q_rope ``[T, H, R]``, kv_cache
+``[NB, BS, L + R]`` (any strides, last one 1). Block-table lookup per key position j::
+
+    row = kv_cache[block_table[b, j // BS], j % BS]    # masked: j >= seq_len, block outside [0, NB)
+Bytes moved: ``sum_b seq_len_b * G * (L + R) * cache_bytes`` (G head groups) + ``T * H * (2L + R)
+* q_bytes``; split-KV adds ``T * S * H * (L + 1) * 8``.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from ... import _config
+from ._launch import launch
+from ._softmax import LOG2E, merge_partial, merged_to_output, softmax_step, state_to_partial
+from .paged_attention import (
+    _INVARIANT_SPLIT_TOKENS,
+    _MERGE_GROUP,
+    _NO_LIMIT,
+    _NO_SPLIT,
+    _combine_kernel,
+    _dot,
+    _find_sequence,
+    _interpreting,
+    _load_block_ids,
+    _load_rows,
+    _pad,
+    _plan_splits,
+)
+
+_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+_QUERY_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+# Tile configurations by BLOCK_M (query tokens x heads a program holds): (TILE_N keys per
+# iteration, num_warps, num_stages, programs resident per SM). Not measured on a GPU yet; chosen
+# from the shared-memory budget of an H100 (228 KiB per SM): a bf16 tile of 64 rows x 576 is
+# 72 KiB, two stages 144 KiB; at BLOCK_M 32/64 the [BLOCK_M, 512] float32 accumulator takes 64/128
+# registers per thread at 8 warps, so the key tile halves to keep the stages in shared memory.
+_CONFIGS = {
+    16: (64, 4, 2, 1),
+    32: (32, 8, 2, 1),
+    64: (32, 8, 2, 1),
+}
+# Heads one program holds (the M dimension of the dots is at most 64 rows).
+_MAX_HEADS_PER_PROGRAM = 64
+_MAX_BLOCK_M = 64
+
+
+def supports(op: str, facts: dict) -> str | None:
+    """None when the Triton kernel runs this call, else why it cannot (the reference runs it)."""
+    if op != "mla_decode":
+        return f"the Triton mla module has no kernel for {op}"
+    if facts.get("dtype") not in _QUERY_DTYPES:
+        return f"query dtype {facts.get('dtype')} is not bf16/fp16/fp32"
+    for name, low, top in (("latent", 32, 1024), ("rope", 16, 256)):
+        size = facts.get(name, 0)
+        if size % 16 != 0 or not low <= size <= top:
+            return f"{name} {size} is not a multiple of 16 in [{low}, {top}]"
+    if facts.get("block_size", 0) % 8 != 0:
+        return f"block_size {facts.get('block_size')} is not a multiple of 8"
+    if facts.get("cache_dtype") in _FP8 and facts.get("device") == "cuda" and not _interpreting():
+        if torch.cuda.get_device_capability() < (8, 9):
+            return "fp8 caches need compute capability 8.9 or newer in Triton"
+    return None
+
+
+@triton.jit
+def _rescale(m_old, m_new):
+    """The factor ``softmax_step`` rescales its accumulator by, for a second accumulator."""
+    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+    return tl.exp2(m_old - m_ref)
+
+
+@triton.jit(do_not_specialize=["num_tokens", "num_seqs", "max_blocks", "split_tokens", "num_splits"])
+def _mla_kernel(
+    q_latent_ptr, q_rope_ptr,  # [T, H, L], [T, H, R]
+    kv_cache_ptr,  # [NB, BS, L + R]
+    block_table_ptr, seq_lens_ptr, query_start_loc_ptr,  # [B, MB], [B], [B + 1] int32
+    out_ptr, lse_ptr,  # [T, H, L]; [T, H] float32 (HAS_LSE)
+    kv_scale_ptr,  # [] or [1] float32 (IS_FP8)
+    part_out_ptr, part_lse_ptr,  # [T, S, H, L], [T, S, H] float32, lse in log2 (WRITE_PARTIAL)
+    scale,  # float
+    split_tokens, num_splits, num_tokens, num_seqs, num_blocks, max_blocks,
+    stride_ql_tok, stride_ql_head,
+    stride_qr_tok, stride_qr_head,
+    stride_kv_block, stride_kv_slot,
+    stride_bt_seq, stride_bt_block,
+    stride_sl, stride_qsl,
+    stride_o_tok, stride_o_head,
+    stride_lse_tok, stride_lse_head,
+    stride_po_tok, stride_po_split, stride_po_head,
+    stride_pl_tok, stride_pl_split,
+    NUM_HEADS: tl.constexpr, HEADS: tl.constexpr,  # all heads; heads of one program
+    LATENT: tl.constexpr, ROPE: tl.constexpr, L_HALF: tl.constexpr, R_PAD: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, TILE_N: tl.constexpr,
+    CAUSAL: tl.constexpr, IS_FP8: tl.constexpr, HAS_LSE: tl.constexpr, WRITE_PARTIAL: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
+    MERGE_GROUP: tl.constexpr,  # splits the combine kernel loads at once
+):
+    tl.static_assert(BLOCK_M >= 16 and TILE_N >= 16 and L_HALF >= 16 and R_PAD >= 16)
+    tl.static_assert(L_HALF < LATENT and LATENT <= 2 * L_HALF)  # the first half is all latent
+    tl.static_assert(BLOCK_Q * HEADS <= BLOCK_M and BLOCK_Q >= 1)
+    scale = tl.cast(scale, tl.float32)
+    pid_q = tl.program_id(0)
+    head_group = tl.program_id(1)
+    pid_s = tl.program_id(2)
+
+    # -- which sequence, which of its query blocks; slots past the last sequence own the padding
+    #    rows (a pseudo-sequence with no keys) --
+    seq = tl.maximum(_find_sequence(query_start_loc_ptr, stride_qsl, num_seqs, pid_q, BLOCK_Q), 0)
+    is_seq = seq < num_seqs
+    if WRITE_PARTIAL:
+        if seq >= num_seqs:
+            return  # the combine kernel writes the padding rows
+    q_start = tl.load(query_start_loc_ptr + seq * stride_qsl)
+    q_end = tl.load(query_start_loc_ptr + (seq + 1) * stride_qsl, mask=is_seq, other=0)
+    q_end = tl.where(is_seq, q_end, num_tokens)
+    seq_len = tl.load(seq_lens_ptr + seq * stride_sl, mask=is_seq, other=0)
+    q_len = q_end - q_start
+    q_block_start = (pid_q - (q_start // BLOCK_Q + seq)) * BLOCK_Q
+    if (q_block_start < 0) | (q_block_start >= q_len):
+        return
+    context = seq_len - q_len
+
+    # -- rows: query token (row // HEADS) x head (row % HEADS) of this head group --
+    offs_m = tl.arange(0, BLOCK_M)
+    local = q_block_start + offs_m // HEADS
+    head = head_group * HEADS + offs_m % HEADS
+    tok = q_start + local
+    row_ok = (offs_m // HEADS < BLOCK_Q) & (head < NUM_HEADS) & (local < q_len)
+    row_ok = row_ok & (tok >= 0) & (tok < num_tokens)
+    pos = context + local  # [BLOCK_M] absolute position of each row's token
+    offs_h = tl.arange(0, L_HALF)  # columns of one latent half
+    offs_r = tl.arange(0, R_PAD)
+    hi_ok = offs_h < LATENT - L_HALF  # second-half columns inside the latent
+
+    # -- load the queries once: latent halves [BLOCK_M, L_HALF] x 2, rope [BLOCK_M, R_PAD] --
+    ql_rows = tok.to(tl.int64) * stride_ql_tok + head * stride_ql_head
+    q_lo = _load_rows(q_latent_ptr, ql_rows, offs_h, row_ok, L_HALF, L_HALF)
+    q_hi = _load_rows(q_latent_ptr + L_HALF, ql_rows, offs_h, row_ok, LATENT - L_HALF, L_HALF)
+    qr_rows = tok.to(tl.int64) * stride_qr_tok + head * stride_qr_head
+    q_rope = _load_rows(q_rope_ptr, qr_rows, offs_r, row_ok, ROPE, R_PAD)
+    qk_scale = scale * LOG2E
+    kv_scale = 1.0
+    if IS_FP8:  # the row's one scale multiplies the scores and, through the values, the output
+        kv_scale = tl.load(kv_scale_ptr)
+        qk_scale = qk_scale * kv_scale
+
+    # -- keys this query block can see: [0, kv_hi); every row sees [0, full_hi) unmasked --
+    p_first = context + q_block_start
+    p_last = context + tl.minimum(q_block_start + BLOCK_Q, q_len) - 1
+    kv_hi = tl.minimum(seq_len, max_blocks * BLOCK_SIZE)
+    full_hi = p_first + _NO_LIMIT
+    if CAUSAL:
+        kv_hi = tl.minimum(kv_hi, p_last + 1)
+        full_hi = tl.minimum(full_hi, p_first + 1)
+
+    # -- splits: this program's one (WRITE_PARTIAL) or all of the sequence's, merged in order --
+    seq_splits = tl.minimum((tl.maximum(seq_len, 0) + split_tokens - 1) // split_tokens, num_splits)
+    if WRITE_PARTIAL:
+        if pid_s >= seq_splits:
+            return  # the combine kernel reads only the splits below seq_splits
+        split_first = pid_s
+        split_end = pid_s + 1
+    else:  # as many (empty) splits past the end as the combine kernel merges, for the same bits
+        split_first = 0
+        split_end = (seq_splits + MERGE_GROUP - 1) // MERGE_GROUP * MERGE_GROUP
+    merged_m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    merged_l = tl.zeros([BLOCK_M], tl.float32)
+    merged_lo = tl.zeros([BLOCK_M, L_HALF], tl.float32)
+    merged_hi = tl.zeros([BLOCK_M, L_HALF], tl.float32)
+    bt_row = block_table_ptr + seq * stride_bt_seq
+
+    for split in range(split_first, split_end):
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_M], tl.float32)
+        acc_lo = tl.zeros([BLOCK_M, L_HALF], tl.float32)
+        acc_hi = tl.zeros([BLOCK_M, L_HALF], tl.float32)
+        lo = split * split_tokens
+        hi = tl.minimum(kv_hi, (split + 1) * split_tokens)
+        # Block ids one tile ahead: the row addresses depend on them.
+        next_block = _load_block_ids(bt_row, stride_bt_block, lo, seq_len, max_blocks, BLOCK_SIZE, TILE_N)
+        for start in range(lo, hi, TILE_N):
+            # -- block-table lookup: [TILE_N] --
+            offs_n = start + tl.arange(0, TILE_N)
+            block = next_block
+            next_block = _load_block_ids(bt_row, stride_bt_block, start + TILE_N, seq_len, max_blocks,
+                                         BLOCK_SIZE, TILE_N)
+            key_ok = (block >= 0) & (block < num_blocks)  # -1: past the sequence or the table
+            block = tl.where(key_ok, block, 0).to(tl.int64)
+            rows = block * stride_kv_block + (offs_n % BLOCK_SIZE) * stride_kv_slot
+
+            # -- load the cache rows: latent halves [TILE_N, L_HALF] x 2 (key part and value),
+            #    rope [TILE_N, R_PAD] --
+            c_lo = _load_rows(kv_cache_ptr, rows, offs_h, key_ok, L_HALF, L_HALF)
+            c_hi = _load_rows(kv_cache_ptr + L_HALF, rows, offs_h, key_ok, LATENT - L_HALF, L_HALF)
+            k_pe = _load_rows(kv_cache_ptr + LATENT, rows, offs_r, key_ok, ROPE, R_PAD)
+            if IS_FP8:  # exact: fp8 values are fp16 values; the scale is in qk_scale and the epilogue
+                c_lo, c_hi, k_pe = c_lo.to(tl.float16), c_hi.to(tl.float16), k_pe.to(tl.float16)
+            c_lo, c_hi, k_pe = c_lo.to(q_lo.dtype), c_hi.to(q_lo.dtype), k_pe.to(q_lo.dtype)
+
+            # -- scores (log2 domain): [BLOCK_M, TILE_N] --
+            s = _dot(q_lo, tl.trans(c_lo), None, DOT_PRECISION, DOT_UPCAST)
+            s = _dot(q_hi, tl.trans(c_hi), s, DOT_PRECISION, DOT_UPCAST)
+            s = _dot(q_rope, tl.trans(k_pe), s, DOT_PRECISION, DOT_UPCAST) * qk_scale
+            if CAUSAL:  # position masks only on tiles some row of the block sees in part
+                if start + TILE_N > full_hi:
+                    s = tl.where(offs_n[None, :] <= pos[:, None], s, float("-inf"))
+            s = tl.where(key_ok[None, :], s, float("-inf"))
+
+            # -- online softmax (the second half rescaled by the same factor); acc += P @ c --
+            m_new, l_i, acc_lo, p = softmax_step(m_i, l_i, acc_lo, s)
+            acc_hi = acc_hi * _rescale(m_i, m_new)[:, None]
+            m_i = m_new
+            p = p.to(q_lo.dtype)
+            acc_lo = _dot(p, c_lo, acc_lo, DOT_PRECISION, DOT_UPCAST)
+            acc_hi = _dot(p, c_hi, acc_hi, DOT_PRECISION, DOT_UPCAST)
+
+        # -- this split's partial state: store it, or merge it into the running result --
+        out_lo, part_lse = state_to_partial(m_i, l_i, acc_lo)
+        out_hi, _ = state_to_partial(m_i, l_i, acc_hi)
+        if WRITE_PARTIAL:
+            po_rows = tok.to(tl.int64) * stride_po_tok + split * stride_po_split + head * stride_po_head
+            po = part_out_ptr + po_rows[:, None]
+            tl.store(po + offs_h[None, :], out_lo, mask=row_ok[:, None])
+            tl.store(po + L_HALF + offs_h[None, :], out_hi, mask=row_ok[:, None] & hi_ok[None, :])
+            pl_rows = tok.to(tl.int64) * stride_pl_tok + split * stride_pl_split + head
+            tl.store(part_lse_ptr + pl_rows, part_lse, mask=row_ok)
+        else:  # both halves merge with the weights of the state before this split
+            _, _, merged_hi = merge_partial(merged_m, merged_l, merged_hi, part_lse, out_hi)
+            merged_m, merged_l, merged_lo = merge_partial(merged_m, merged_l, merged_lo, part_lse, out_lo)
+
+    if not WRITE_PARTIAL:
+        # -- epilogue: out [BLOCK_M, L] in two halves and lse [BLOCK_M], natural log --
+        out_lo, lse = merged_to_output(merged_m, merged_l, merged_lo, kv_scale)
+        out_hi, _ = merged_to_output(merged_m, merged_l, merged_hi, kv_scale)
+        o = out_ptr + (tok.to(tl.int64) * stride_o_tok + head * stride_o_head)[:, None]
+        tl.store(o + offs_h[None, :], out_lo.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
+        tl.store(o + L_HALF + offs_h[None, :], out_hi.to(out_ptr.dtype.element_ty),
+                 mask=row_ok[:, None] & hi_ok[None, :])
+        if HAS_LSE:
+            tl.store(lse_ptr + tok.to(tl.int64) * stride_lse_tok + head * stride_lse_head, lse, mask=row_ok)
+
+
+def mla_decode(
+    q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor,
+    block_table: Tensor, seq_lens: Tensor, query_start_loc: Tensor,
+    out: Tensor, lse: Tensor | None,
+    *,
+    scale: float, causal: bool, kv_scale: Tensor | None,
+    max_query_len: int = -1, split_tokens: int | None = None,
+) -> None:
+    """MLA decode into ``out`` [T, H, L] and ``lse`` [T, H] (natural log, or None); semantics of
+    ``lowering.reference.mla_decode``. Inputs were validated by the op.
+
+    ``max_query_len`` (a hint; -1: unknown) sizes the query block: 1 for plain decode, 2-4 for
+    speculative tokens. ``split_tokens`` (tests, tuning) forces split-KV at multiples of that many
+    key positions (rounded up to the tile).
+    """
+    num_tokens, num_heads, latent = q_latent.shape
+    rope = q_rope.shape[2]
+    num_blocks, block_size, _ = kv_cache.shape
+    num_seqs, max_blocks = block_table.shape
+    if num_tokens == 0 or num_heads == 0:
+        return
+    num_head_groups = triton.cdiv(num_heads, _MAX_HEADS_PER_PROGRAM)
+    heads = triton.cdiv(num_heads, num_head_groups)
+    invariant = _config.is_batch_invariant()
+    if invariant and split_tokens is None:
+        split_tokens = _INVARIANT_SPLIT_TOKENS
+    # Query tokens a program holds: 1 for decode (and always in batch-invariant mode), else the
+    # hint or, without one, the mean tokens per sequence (a shape: exact for uniform speculative
+    # batches), as far as they fit next to the heads in _MAX_BLOCK_M rows.
+    per_seq = max_query_len if max_query_len > 0 else triton.cdiv(num_tokens, max(num_seqs, 1))
+    if invariant or per_seq <= 1:
+        block_q = 1
+    else:
+        fit = max(1, _MAX_BLOCK_M // triton.next_power_of_2(heads))
+        block_q = min(fit, triton.next_power_of_2(per_seq))
+    block_m = max(16, triton.next_power_of_2(heads * block_q))
+    block_q = block_m // heads if block_q > 1 else 1
+    tile_n, num_warps, num_stages, programs_per_sm = _CONFIGS[block_m]
+    num_q_blocks = num_tokens // block_q + num_seqs + 1
+    busy_q_blocks = min(num_tokens // block_q + num_seqs, num_tokens)
+    split_tokens, num_splits, write_partial = _plan_splits(
+        q_latent.device, busy_q_blocks * num_head_groups, programs_per_sm,
+        max_blocks * block_size, tile_n, num_tokens * num_heads * (latent + 1) * 4, split_tokens,
+    )
+    is_fp8 = kv_cache.dtype in _FP8
+    if write_partial:
+        f32 = dict(dtype=torch.float32, device=q_latent.device)
+        part_out = torch.empty((num_tokens, num_splits, num_heads, latent), **f32)
+        part_lse = torch.empty((num_tokens, num_splits, num_heads), **f32)
+    else:  # never dereferenced: WRITE_PARTIAL is off
+        part_out, part_lse = out, out
+    lse_t = lse if lse is not None else out
+    lse_strides = (lse.stride(0), lse.stride(1)) if lse is not None else (0, 0)
+    po_strides = part_out.stride()[:3] if write_partial else (0, 0, 0)
+    pl_strides = part_lse.stride()[:2] if write_partial else (0, 0)
+    grid = (num_q_blocks, num_head_groups, num_splits if write_partial else 1)
+    launch(_mla_kernel, grid, q_latent)(
+        q_latent_ptr=q_latent, q_rope_ptr=q_rope, kv_cache_ptr=kv_cache,
+        block_table_ptr=block_table, seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc,
+        out_ptr=out, lse_ptr=lse_t, kv_scale_ptr=kv_scale if is_fp8 else q_latent,
+        part_out_ptr=part_out, part_lse_ptr=part_lse,
+        scale=float(scale),
+        split_tokens=split_tokens, num_splits=num_splits, num_tokens=num_tokens, num_seqs=num_seqs,
+        num_blocks=num_blocks, max_blocks=max_blocks,
+        stride_ql_tok=q_latent.stride(0), stride_ql_head=q_latent.stride(1),
+        stride_qr_tok=q_rope.stride(0), stride_qr_head=q_rope.stride(1),
+        stride_kv_block=kv_cache.stride(0), stride_kv_slot=kv_cache.stride(1),
+        stride_bt_seq=block_table.stride(0), stride_bt_block=block_table.stride(1),
+        stride_sl=seq_lens.stride(0), stride_qsl=query_start_loc.stride(0),
+        stride_o_tok=out.stride(0), stride_o_head=out.stride(1),
+        stride_lse_tok=lse_strides[0], stride_lse_head=lse_strides[1],
+        stride_po_tok=po_strides[0], stride_po_split=po_strides[1], stride_po_head=po_strides[2],
+        stride_pl_tok=pl_strides[0], stride_pl_split=pl_strides[1],
+        NUM_HEADS=num_heads, HEADS=heads,
+        LATENT=latent, ROPE=rope, L_HALF=_pad(latent) // 2, R_PAD=_pad(rope),
+        BLOCK_SIZE=block_size, BLOCK_M=block_m, BLOCK_Q=block_q, TILE_N=tile_n,
+        CAUSAL=bool(causal), IS_FP8=is_fp8, HAS_LSE=lse is not None, WRITE_PARTIAL=write_partial,
+        DOT_PRECISION="ieee" if q_latent.dtype == torch.float32 else "tf32",
+        DOT_UPCAST=_interpreting() and q_latent.dtype == torch.bfloat16,
+        MERGE_GROUP=1 if split_tokens == _NO_SPLIT else _MERGE_GROUP,
+        num_warps=num_warps, num_stages=num_stages,
+    )
+    if not write_partial:
+        return
+    l_pad = _pad(latent)
+    block_h = max(1, min(triton.next_power_of_2(num_heads), 512 // l_pad))  # 4 x [block_h, L] in flight
+    launch(_combine_kernel, (num_tokens, triton.cdiv(num_heads, block_h)), q_latent)(
+        part_out_ptr=part_out, part_lse_ptr=part_lse, seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc,
+        sinks_ptr=q_latent, v_scale_ptr=kv_scale if is_fp8 else q_latent,
+        out_ptr=out, lse_ptr=lse_t,
+        split_tokens=split_tokens, num_splits=num_splits, num_tokens=num_tokens, num_seqs=num_seqs,
+        num_heads=num_heads,
+        stride_sl=seq_lens.stride(0), stride_qsl=query_start_loc.stride(0),
+        stride_po_tok=po_strides[0], stride_po_split=po_strides[1], stride_po_head=po_strides[2],
+        stride_pl_tok=pl_strides[0], stride_pl_split=pl_strides[1],
+        stride_o_tok=out.stride(0), stride_o_head=out.stride(1),
+        stride_lse_tok=lse_strides[0], stride_lse_head=lse_strides[1],
+        HEAD_SIZE_V=latent, DV_PAD=l_pad, BLOCK_H=block_h,
+        HAS_SINKS=False, IS_FP8=is_fp8, HAS_LSE=lse is not None, MERGE_GROUP=_MERGE_GROUP,
+        num_warps=4,
+    )
