@@ -17,6 +17,10 @@ Module responsibilities (the path of one call, top to bottom)::
 - The op body is also the fake kernel: it allocates outputs from shapes and launches nothing on
   fake tensors, so ``torch.compile(fullgraph=True)`` and ``torch.export`` see one node per call.
   Off CUDA the body runs the reference, which is traceable (no host synchronisation).
+- ``cache.py`` / ``metadata.py``: model-side helpers: ``PagedKVCache`` (per-layer caches as
+  registered buffers), ``BlockAllocator`` (host-side blocks, forks share full prefix blocks with
+  reference counts), ``MetadataBuilder`` (one batch-size bucket's static block_table / seq_lens /
+  query_start_loc / slot_mapping buffers, rewritten in place each step so one graph serves them all).
 - ``mla.py``: a DeepSeek-style MLA ``nn.Module`` on the ops (decode: W_UK absorbed, ``mla_decode``;
   prefill: ``paged_attention`` over the new tokens + the cached context in chunks through
   ``gather_cache`` / ``merge_attn_states``).
@@ -25,8 +29,10 @@ Module responsibilities (the path of one call, top to bottom)::
 - ``TORCH_PAGED_ATTN_DEBUG=1`` (read per call) adds value checks that synchronise.
 """
 
-from . import ops
+from . import cache, metadata, ops
 from ._config import batch_invariant, is_batch_invariant, set_batch_invariant
+from .cache import BlockAllocator, OutOfBlocksError, PagedKVCache
+from .metadata import MetadataBuilder, StepMetadata
 from .mla import MLAAttention
 from .ops import (
     concat_and_cache_mla,
@@ -42,6 +48,13 @@ from .ops import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "BlockAllocator",
+    "MetadataBuilder",
+    "OutOfBlocksError",
+    "PagedKVCache",
+    "StepMetadata",
+    "cache",
+    "metadata",
     "MLAAttention",
     "batch_invariant",
     "is_batch_invariant",

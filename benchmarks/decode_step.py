@@ -1,0 +1,198 @@
+"""Per-step latency of the example Llama-style model's decode step (``examples/llama.py``).
+
+    python benchmarks/decode_step.py [--layers 2 16] [--batch 1 8 64] [--context 1024] [--out DIR]
+    python benchmarks/decode_step.py --device cpu --quick          # smoke run, no GPU
+
+For each (layers, batch): the model (bf16 on CUDA, fp32 on CPU) prefills ``batch`` sequences of
+``context - 1`` tokens, appends one token each and builds the decode metadata once; every timed
+call is then the same decode step (the new token's key and value written again to the same slot,
+attention over ``context`` keys). Contenders:
+
+    eager          the module called directly
+    compile        torch.compile(fullgraph=True)
+    compile+graphs torch.compile(mode="reduce-overhead", fullgraph=True): one CUDA graph per step
+    kernel sum     the sum of the step's device activity (kernels, memcpy, memset) in
+                   torch.profiler, per compiled step: the floor host overhead cannot go below
+
+Timing: 3 warm-up calls (compilation and capture happen there), then per sample a device
+synchronisation, ``perf_counter``, one call, a synchronisation. p20/p50/p80 in microseconds.
+Targets (issue 5): compile+graphs at least 3x faster than eager at batch 1, and within 1.15x of
+the kernel sum. JSON rows go to ``<out>/decode_step-<gpu>-<date>.json`` through ``_harness``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import os
+import sys
+import time
+from typing import Any, Callable
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path[:0] = [HERE, ROOT]  # the harness, and the checkout (also when not pip-installed)
+import _harness as H  # noqa: E402
+
+RESULTS = os.path.join(HERE, "results")
+WARM_UP = 3
+
+
+def load_example():
+    spec = importlib.util.spec_from_file_location("_example_llama", os.path.join(ROOT, "examples", "llama.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+def wall_samples(fn: Callable[[], Any], device: torch.device, samples: int) -> H.Timing:
+    for _ in range(WARM_UP):
+        fn()
+    H.synchronize(device)
+    times = []
+    for _ in range(samples):
+        H.synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        H.synchronize(device)
+        times.append((time.perf_counter() - t0) * 1e6)
+    return H._timing(times, "wall+sync", 1, 1)
+
+
+def kernel_sum_us(fn: Callable[[], Any], device: torch.device, steps: int) -> float:
+    """Device time of all activities (kernels, copies, memsets) per call of ``fn``, by torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(WARM_UP):
+        fn()
+    torch.cuda.synchronize(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            fn()
+        torch.cuda.synchronize(device)
+    device_events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return sum(e.time_range.elapsed_us() for e in device_events) / steps
+
+
+def setup(L, layers: int, batch: int, context: int, device: torch.device, quick: bool):
+    """The model and the inputs of one decode step at ``context`` keys per sequence."""
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    small = dict(dim=128, ffn_dim=256, vocab_size=256) if quick else {}
+    cfg = L.LlamaConfig(num_layers=layers, max_positions=context + 8, **small)
+    max_len = context + 1
+    num_blocks = batch * math.ceil(max_len / cfg.block_size) + 1
+    model = L.Llama(cfg, num_blocks, dtype=dtype, device=device).eval()
+    L.init_weights(model, seed=0)
+    gen = L.Generator(model, batch, max_len)
+    prompts = L.random_prompts(batch, context - 1, cfg.vocab_size, seed=1)
+    prompts = [p + [0] * (context - 1 - len(p)) for p in prompts]  # every sequence at full context
+    with torch.no_grad():
+        gen.prefill(prompts)
+    for seq in range(batch):
+        gen.allocator.append(seq)
+    md = gen.builder.build(list(range(batch)))
+    return model, L.step_inputs(gen.tokens, md), dtype
+
+
+def run_shape(L, layers, batch, context, device, modes, quick) -> list[H.Row]:
+    shape = f"L{layers}_B{batch}_ctx{context}"
+    model, inputs, dtype = setup(L, layers, batch, context, device, quick)
+    dname = str(dtype).replace("torch.", "")
+    samples = 5 if quick else 50
+    rows = []
+    timings: dict[str, float] = {}
+    for mode in modes:
+        H.progress(f"{shape}: {mode}")
+        row = H.Row(shape, mode, dname)
+        if mode == "compile+graphs" and device.type != "cuda":
+            row.status, row.reason = "n/a", "needs CUDA"
+            rows.append(row)
+            continue
+        if mode == "kernel sum":
+            if device.type != "cuda":
+                row.status, row.reason = "n/a", "needs CUDA (device activity from torch.profiler)"
+            else:
+                torch._dynamo.reset()
+                step = torch.compile(model, fullgraph=True)
+                with torch.no_grad():
+                    us = kernel_sum_us(lambda: step(*inputs, max_query_len=1), device, 10 if quick else 50)
+                row.fill(H._timing([us], "torch.profiler", 1, 1), None)
+                timings[mode] = us
+            rows.append(row)
+            continue
+        torch._dynamo.reset()
+        step = {
+            "eager": lambda: model,
+            "compile": lambda: torch.compile(model, fullgraph=True),
+            "compile+graphs": lambda: torch.compile(model, mode="reduce-overhead", fullgraph=True),
+        }[mode]()
+        try:
+            with torch.no_grad():
+                t = wall_samples(lambda: step(*inputs, max_query_len=1), device, samples)
+        except Exception as e:  # one contender failing must not lose the others' rows
+            row.status, row.reason = "n/a", f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+            rows.append(row)
+            continue
+        row.fill(t, None)
+        row.extra["tokens_per_s"] = batch / (t.p50_us * 1e-6)
+        timings[mode] = t.p50_us
+        rows.append(row)
+    for row in rows:
+        if row.status == "ok" and "eager" in timings and row.provider != "eager":
+            row.extra["speedup_vs_eager"] = timings["eager"] / row.p50_us
+        if row.provider == "compile+graphs" and row.status == "ok" and "kernel sum" in timings:
+            row.extra["vs_kernel_sum"] = row.p50_us / timings["kernel sum"]
+        notes = []
+        if "speedup_vs_eager" in row.extra:
+            notes.append(f"{row.extra['speedup_vs_eager']:.2f}x eager")
+        if "vs_kernel_sum" in row.extra:
+            notes.append(f"{row.extra['vs_kernel_sum']:.2f}x kernel sum")
+        if "tokens_per_s" in row.extra:
+            notes.append(f"{row.extra['tokens_per_s']:.0f} tok/s")
+        row.extra["note"] = ", ".join(notes)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--layers", type=int, nargs="+", default=None, help="default: 2 16 (quick: 2)")
+    ap.add_argument("--batch", type=int, nargs="+", default=None, help="default: 1 8 64 (quick: 1 8)")
+    ap.add_argument("--context", type=int, default=None, help="keys per sequence (default 1024, quick: 64)")
+    ap.add_argument("--modes", nargs="+", default=["eager", "compile", "compile+graphs", "kernel sum"],
+                    choices=["eager", "compile", "compile+graphs", "kernel sum"])
+    ap.add_argument("--quick", action="store_true", help="a small model, few samples: a smoke run")
+    ap.add_argument("--out", default=RESULTS, help="directory of the JSON results")
+    args = ap.parse_args(argv)
+    device = H.resolve_device(args.device)
+    if device.type == "cpu":
+        # CPU runs are smoke runs of small steps: a second intra-op thread only adds
+        # synchronisation (2 cores, L2_B1_ctx64 eager: 96 ms per step with 2 threads, 13 ms with 1)
+        torch.set_num_threads(1)
+    layers = args.layers or ([2] if args.quick else [2, 16])
+    batches = args.batch or ([1, 8] if args.quick else [1, 8, 64])
+    context = args.context or (64 if args.quick else 1024)
+    L = load_example()
+    meta = H.device_info(device)
+    meta.update(context=context, warm_up=WARM_UP, quick=args.quick)
+    rows: list[H.Row] = []
+    for n_layers in layers:
+        for batch in batches:
+            rows += run_shape(L, n_layers, batch, context, device, args.modes, args.quick)
+            lost = H.cuda_alive(device)
+            if lost:
+                H.progress(lost)
+                break
+    path = H.json_path("decode_step", meta, args.out)
+    H.write_json(path, "decode_step", rows, meta)
+    H.print_table(rows, f"decode step latency ({meta['gpu']}, context {context})")
+    print(f"\nJSON: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
