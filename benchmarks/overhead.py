@@ -82,7 +82,7 @@ def op_calls(device: torch.device) -> dict[str, Callable[[], Any]]:
         "merge_attn_states_out": lambda: tpa.merge_attn_states_out(po, pl, so, sl, out, lse),
         "mla_decode": lambda: tpa.mla_decode(ql, qr, mla_cache, table, lens, qsl, scale=0.07),
         "concat_and_cache_mla": lambda: tpa.concat_and_cache_mla(kv_c, k_pe, mla_cache, slots),
-        "gather_cache": lambda: tpa.gather_cache(mla_cache, table, cu, gathered),
+        "gather_cache": lambda: tpa.gather_cache(mla_cache, table, cu, None, gathered),
     }
 
 

@@ -67,7 +67,7 @@ class GatherContext(nn.Module):
     """Gather cached context tokens into one buffer (MLA chunked prefill), then use it."""
 
     def forward(self, kv_cache, block_table, cu_seq_lens, seq_starts, out):
-        pa.gather_cache(kv_cache, block_table, cu_seq_lens, out, seq_starts=seq_starts)
+        pa.gather_cache(kv_cache, block_table, cu_seq_lens, seq_starts, out)
         return out.sum(dim=-1)
 
 

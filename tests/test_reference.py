@@ -794,7 +794,7 @@ def test_gather_cache(row_shape, cache_dtype, out_dtype, with_starts) -> None:
     seq_starts = torch.tensor(starts, dtype=torch.int32) if with_starts else None
     out = poisoned((int(cu[-1]) + 3,) + row_shape, out_dtype)
     want = loop.gather_cache(cache, table, cu, out, seq_starts, scale)
-    pa.gather_cache(cache, table, cu, out, seq_starts=seq_starts, scale=scale)
+    pa.gather_cache(cache, table, cu, seq_starts, out, scale=scale)
     assert not out[: int(cu[-1])].isnan().any()
     assert_bitwise(out, want, "out")  # rows past cu_seq_lens[-1] keep their NaN bits
 

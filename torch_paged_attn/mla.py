@@ -264,7 +264,7 @@ class MLAAttention(nn.Module):
         workspace = x.new_empty(self.workspace_tokens, latent + self.qk_rope_head_dim)
         ctx_out = ctx_lse = None
         for cu, starts, rows in context_chunks(context_lens, self.workspace_tokens, x.device):
-            gather_cache(kv_cache, block_table, cu, workspace, seq_starts=starts, scale=kv_scale)
+            gather_cache(kv_cache, block_table, cu, starts, workspace, scale=kv_scale)
             k, v = self._keys_values(workspace[:rows, :latent], workspace[:rows, latent:])
             o, s = self._attend(q, k, v, cu, query_start_loc, causal=False, max_query_len=max_query_len)
             if ctx_out is None:

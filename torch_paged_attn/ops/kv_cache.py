@@ -262,8 +262,8 @@ _GATHER_TYPES = arg_types(
     ("kv_cache", "tensor"),
     ("block_table", "tensor"),
     ("cu_seq_lens", "tensor"),
-    ("out", "tensor"),
     ("seq_starts", "tensor?"),
+    ("out", "tensor"),
     ("scale", "tensor?"),
 )
 
@@ -272,8 +272,8 @@ def gather_cache(
     kv_cache: Tensor,
     block_table: Tensor,
     cu_seq_lens: Tensor,
+    seq_starts: Tensor | None,
     out: Tensor,
-    seq_starts: Tensor | None = None,
     scale: Tensor | None = None,
 ) -> None:
     """Copy cached tokens of several sequences into one contiguous, dequantised buffer.
@@ -286,8 +286,8 @@ def gather_cache(
         kv_cache: ``[NB, BS, W]`` or ``[NB, BS, H, D]``, bf16/fp16/fp32 or fp8.
         block_table: ``[B, MB]`` int32.
         cu_seq_lens: ``[B + 1]`` int32, cumulative numbers of tokens to gather.
-        out: ``[N, W]`` or ``[N, H, D]``, bf16/fp16/fp32, ``N >= cu_seq_lens[-1]``.
         seq_starts: ``[B]`` int32, first token gathered of each sequence (None: 0).
+        out: ``[N, W]`` or ``[N, H, D]``, bf16/fp16/fp32, ``N >= cu_seq_lens[-1]``.
         scale: float32, one element, required for an fp8 cache.
 
     Example::
@@ -296,12 +296,12 @@ def gather_cache(
         >>> cache = torch.randn(4, 16, 8)
         >>> out = torch.zeros(5, 8)
         >>> pa.gather_cache(cache, torch.tensor([[3, 1]], dtype=torch.int32),
-        ...                 torch.tensor([0, 5], dtype=torch.int32), out,
-        ...                 seq_starts=torch.tensor([14], dtype=torch.int32))
+        ...                 torch.tensor([0, 5], dtype=torch.int32),
+        ...                 torch.tensor([14], dtype=torch.int32), out)
         >>> torch.equal(out[2], cache[1, 0])
         True
     """
     check_arg_types(
-        "gather_cache", _GATHER_TYPES, (kv_cache, block_table, cu_seq_lens, out, seq_starts, scale)
+        "gather_cache", _GATHER_TYPES, (kv_cache, block_table, cu_seq_lens, seq_starts, out, scale)
     )
     _gather_cache(kv_cache, block_table, cu_seq_lens, seq_starts, out, scale)
