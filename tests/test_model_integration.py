@@ -19,9 +19,9 @@ in place each step; float32 on CPU, so greedy tokens are deterministic across ea
   ``torch.export.save`` then ``load`` in a fresh Python process gives the eager outputs.
 - ``examples/llama.py`` runs end to end (eager, a few steps) with its progress line.
 
-Raw ops called under torch.compile with an input that requires grad still fail inside
-AOTAutograd's backward trace (the ops register no autograd formula); that case is an xfail
-(strict) until ``ops/_library.py`` registers one that names the fix.
+Raw ops called with an input that requires grad run forward; their backward raises one error
+naming ``torch.no_grad()``, eagerly at ``backward()`` and under torch.compile while AOTAutograd
+traces the backward.
 
 AOTInductor is not exercised here: one ``aoti_compile_and_package`` of this 2-layer model took
 99 s on the 2-core CPU machine (2026-11, one measurement, with a benchmark sharing the cores),
@@ -276,11 +276,6 @@ def test_without_no_grad_runs_when_nothing_requires_grad():
     torch.testing.assert_close(got, want)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the ops register no autograd formula: under torch.compile, AOTAutograd's backward trace "
-    "fails inside paged_attn::paged_attention instead of naming the fix (ops/_library.py)",
-)
 def test_raw_op_compiled_with_grad_names_the_fix():
     import torch_paged_attn as pa
 
@@ -296,6 +291,11 @@ def test_raw_op_compiled_with_grad_names_the_fix():
     with pytest.raises(Exception) as info:
         torch.compile(f, backend="aot_eager", fullgraph=True)(torch.randn(4, 32, generator=g))
     assert "no_grad" in str(info.value)
+
+    out = f(torch.randn(4, 32, generator=g))  # eager: forward runs, backward names the fix
+    assert out.requires_grad and torch.isfinite(out).all()
+    with pytest.raises(RuntimeError, match="torch.no_grad"):
+        out.sum().backward()
 
 
 # -- (e) torch.export, save, load in a fresh process -------------------------------------------

@@ -53,6 +53,23 @@ def plain_eager(t: object) -> bool:
     )
 
 
+def _register_no_gradient(op: str) -> None:
+    """The ops are inference ops: an input that requires grad gives an output whose backward
+    raises one error naming the fix. Under torch.compile AOTAutograd traces that backward while
+    compiling, so the same message surfaces there instead of an internal trace failure."""
+
+    def backward(ctx, *grads):
+        raise RuntimeError(
+            f"{qualname(op)} has no gradient (it is an inference op): call it under torch.no_grad() "
+            "or torch.inference_mode(), or pass inputs that do not require grad"
+        )
+
+    def setup_context(ctx, inputs, output):
+        return None
+
+    torch.library.register_autograd(qualname(op), backward, setup_context=setup_context)
+
+
 def declare(op: str) -> Callable[[Callable], Callable]:
     """Register the decorated function as ``paged_attn::<op>`` (a ``triton_op``: its annotated
     signature is the schema, its body the implementation and the fake kernel) and return the
@@ -67,6 +84,8 @@ def declare(op: str) -> Callable[[Callable], Callable]:
 
     def register(fn: Callable) -> Callable:
         triton_op(qualname(op), mutates_args=mutated(op))(fn)
+        if not mutated(op):
+            _register_no_gradient(op)
         overload = getattr(getattr(torch.ops, NAMESPACE), op).default
 
         def call(*args, **kwargs):
