@@ -18,8 +18,10 @@ median time. Every GB/s figure is also given as a percentage of it, measured in 
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import datetime as _dt
+import fnmatch
 import json
 import math
 import os
@@ -428,3 +430,43 @@ def _finite(x: Any) -> Any:
 
 def _row_dict(r: Row) -> dict[str, Any]:
     return dataclasses.asdict(r)
+
+
+def selected(name: str, patterns: list[str] | None) -> bool:
+    """Whether ``name`` matches one of the comma-separated ``--shapes``/``--providers`` patterns
+    (globs, or substrings when a pattern has no glob character); no patterns select everything."""
+    if not patterns:
+        return True
+    return any(fnmatch.fnmatch(name, p if any(c in p for c in "*?[") else f"*{p}*") for p in patterns)
+
+
+def split_patterns(value: str | None) -> list[str] | None:
+    return [p.strip() for p in value.split(",") if p.strip()] if value else None
+
+
+def parse_cli(
+    description: str,
+    shapes: Sequence[Any],
+    tiny: Callable[[Any], Any],
+    example: str,
+    default_out: str,
+    argv: list[str] | None = None,
+) -> tuple[argparse.Namespace, torch.device, list[Any]]:
+    """The command line every benchmark shares: ``--shapes --providers --quick --device --tiny
+    --out``. Returns the arguments, the device and the selected shapes (``tiny`` stand-ins with
+    ``--tiny``; a CPU device runs only those)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--shapes", help=f"comma-separated names or globs (substring match), e.g. {example}")
+    ap.add_argument("--providers", help="comma-separated contender names or globs")
+    ap.add_argument("--quick", action="store_true", help="5 samples per contender instead of 30")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--tiny", action="store_true", help="small stand-in shapes (smoke runs)")
+    ap.add_argument("--out", default=default_out, help="directory of the JSON results")
+    args = ap.parse_args(argv)
+    device = resolve_device(args.device)
+    if device.type == "cpu" and not args.tiny:
+        ap.error("--device cpu runs only the --tiny stand-in shapes")
+    chosen = [tiny(s) if args.tiny else s for s in shapes if selected(s.name, split_patterns(args.shapes))]
+    if not chosen:
+        ap.error(f"--shapes {args.shapes!r} matches none of: {', '.join(s.name for s in shapes)}")
+    return args, device, chosen

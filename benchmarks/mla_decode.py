@@ -23,7 +23,6 @@ gather of two sequences (``max_err``). JSON rows go to ``<out>/mla_decode-<gpu>-
 
 from __future__ import annotations
 
-import argparse
 import gc
 import inspect
 import math
@@ -37,7 +36,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(HERE)]  # the harness, and the checkout (also when not pip-installed)
 import _harness as H  # noqa: E402
-from paged_attention import Contender, Unavailable, _max_err, _reason, _selected  # noqa: E402
+from paged_attention import Contender, Unavailable, _max_err, _reason  # noqa: E402
 
 import torch_paged_attn as tpa  # noqa: E402
 
@@ -230,7 +229,7 @@ def run_shape(s: Shape, device: torch.device, copy_gbps: float, matmul_tflops: f
     want = gather_einsum_call(s, copies[0], torch.float32)[picked]
     rows = []
     for name, build in CONTENDERS.items():
-        if not _selected(name, providers):
+        if not H.selected(name, providers):
             continue
         row = H.Row(shape=s.name, provider=name, dtype=str(s.cache_dtype).replace("torch.", ""),
                     bytes=nbytes, bytes_formula=formula, flops=flops)
@@ -265,21 +264,9 @@ def run_shape(s: Shape, device: torch.device, copy_gbps: float, matmul_tflops: f
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shapes", help="comma-separated names or globs (substring match), e.g. H16,B1*")
-    ap.add_argument("--providers", help="comma-separated contender names or globs")
-    ap.add_argument("--quick", action="store_true", help="5 samples per contender instead of 30")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--tiny", action="store_true", help="small stand-in shapes (smoke runs)")
-    ap.add_argument("--out", default=RESULTS, help="directory of the JSON results")
-    args = ap.parse_args(argv)
-    device = H.resolve_device(args.device)
-    if device.type == "cpu" and not args.tiny:
-        ap.error("--device cpu runs only the --tiny stand-in shapes")
-    split = lambda v: [p.strip() for p in v.split(",") if p.strip()] if v else None  # noqa: E731
-    shapes = [tiny(s) if args.tiny else s for s in SHAPES if _selected(s.name, split(args.shapes))]
-    if not shapes:
-        ap.error(f"--shapes {args.shapes!r} matches none of: {', '.join(s.name for s in SHAPES)}")
+    args, device, shapes = H.parse_cli(
+        __doc__.splitlines()[0], SHAPES, tiny, "H16,B1*", RESULTS, argv
+    )
 
     meta = H.device_info(device)
     meta["flash_attn_4"] = H.package_version("flash_attn", "flash-attn-4") if device.type == "cuda" else None
@@ -296,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     for s in shapes:
         H.progress(f"{s.name} ...")
         try:
-            shape_rows = run_shape(s, device, copy_gbps, matmul_tflops, args.quick, split(args.providers))
+            shape_rows = run_shape(s, device, copy_gbps, matmul_tflops, args.quick, H.split_patterns(args.providers))
         except Exception as e:  # building the inputs failed (out of memory, say): the run goes on
             shape_rows = [H.Row(shape=s.name, provider="*", dtype=str(s.cache_dtype).replace("torch.", ""),
                                 status="n/a", reason=f"inputs: {_reason(e)}")]

@@ -25,9 +25,7 @@ rewritten after every shape so an interrupted run keeps what it measured.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import fnmatch
 import gc
 import importlib
 import math
@@ -504,12 +502,6 @@ def merge(s: Shape, provider: str, copies: list[dict]) -> Contender:
 # -- the run --------------------------------------------------------------------------------------
 
 
-def _selected(name: str, patterns: list[str] | None) -> bool:
-    if not patterns:
-        return True
-    return any(fnmatch.fnmatch(name, p if any(c in p for c in "*?[") else f"*{p}*") for p in patterns)
-
-
 def _reason(e: BaseException) -> str:
     if isinstance(e, Unavailable):
         return str(e)
@@ -550,7 +542,7 @@ def run_shape(
 
     rows = []
     for name in names:
-        if not _selected(name, providers):
+        if not H.selected(name, providers):
             continue
         row = H.Row(shape=s.name, provider=name, dtype=str(s.cache_dtype).replace("torch.", ""),
                     bytes=nbytes, bytes_formula=formula, flops=flops)
@@ -601,21 +593,9 @@ def _relate(rows: list[H.Row]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shapes", help="comma-separated names or globs (substring match), e.g. decode,merge*")
-    ap.add_argument("--providers", help="comma-separated contender names or globs")
-    ap.add_argument("--quick", action="store_true", help="5 samples per contender instead of 30")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--tiny", action="store_true", help="small stand-in shapes (smoke runs)")
-    ap.add_argument("--out", default=RESULTS, help="directory of the JSON results")
-    args = ap.parse_args(argv)
-    device = H.resolve_device(args.device)
-    if device.type == "cpu" and not args.tiny:
-        ap.error("--device cpu runs only the --tiny stand-in shapes")
-    split = lambda v: [p.strip() for p in v.split(",") if p.strip()] if v else None  # noqa: E731
-    shapes = [tiny(s) if args.tiny else s for s in SHAPES if _selected(s.name, split(args.shapes))]
-    if not shapes:
-        ap.error(f"--shapes {args.shapes!r} matches none of: {', '.join(s.name for s in SHAPES)}")
+    args, device, shapes = H.parse_cli(
+        __doc__.splitlines()[0], SHAPES, tiny, "decode,merge*", RESULTS, argv
+    )
 
     meta = H.device_info(device)
     meta["flash_attn_4"] = H.package_version("flash_attn", "flash-attn-4") if device.type == "cuda" else None
@@ -631,7 +611,7 @@ def main(argv: list[str] | None = None) -> int:
     for s in shapes:
         H.progress(f"{s.name} ...")
         try:
-            shape_rows = run_shape(s, device, copy_gbps, args.quick, split(args.providers))
+            shape_rows = run_shape(s, device, copy_gbps, args.quick, H.split_patterns(args.providers))
         except Exception as e:  # building the inputs failed (out of memory, say): the run goes on
             shape_rows = [H.Row(shape=s.name, provider="*", dtype=str(s.cache_dtype).replace("torch.", ""),
                                 status="n/a", reason=f"inputs: {_reason(e)}")]
