@@ -84,8 +84,28 @@ def _check_paged_attention(
     return c
 
 
+# Keyword options of a call, passed through to the backend unchanged.
+_OPTION_NAMES = (
+    "scale",
+    "causal",
+    "window_left",
+    "window_right",
+    "softcap",
+    "alibi_slopes",
+    "sinks",
+    "k_scale",
+    "v_scale",
+    "attention_chunk_size",
+    "max_query_len",
+)
+
+
+def _options(args: dict) -> dict:
+    """The options of one call, picked from the op body's ``locals()`` (its arguments)."""
+    return {name: args[name] for name in _OPTION_NAMES}
+
+
 def _run(
-    op: str,
     query: Tensor,
     key_cache: Tensor,
     value_cache: Tensor,
@@ -137,26 +157,14 @@ def _paged_attention(
     max_query_len: int = -1,
     return_lse: bool = False,
 ) -> tuple[Tensor, Tensor]:
-    options = dict(
-        scale=scale,
-        causal=causal,
-        window_left=window_left,
-        window_right=window_right,
-        softcap=softcap,
-        alibi_slopes=alibi_slopes,
-        sinks=sinks,
-        k_scale=k_scale,
-        v_scale=v_scale,
-        attention_chunk_size=attention_chunk_size,
-        max_query_len=max_query_len,
-    )
+    options = _options(locals())
     tensors = (query, key_cache, value_cache, block_table, seq_lens, query_start_loc)
     _check_paged_attention("paged_attention", *tensors, options)
     num_tokens, num_heads, _ = query.shape
     out = query.new_empty(num_tokens, num_heads, value_cache.shape[3])
     lse_shape = (num_tokens, num_heads) if return_lse else (0,)
     lse = query.new_empty(lse_shape, dtype=torch.float32)
-    _run("paged_attention", *tensors, out, lse if return_lse else None, options)
+    _run(*tensors, out, lse if return_lse else None, options)
     return out, lse
 
 
@@ -182,26 +190,14 @@ def _paged_attention_out(
     attention_chunk_size: int = 0,
     max_query_len: int = -1,
 ) -> None:
-    options = dict(
-        scale=scale,
-        causal=causal,
-        window_left=window_left,
-        window_right=window_right,
-        softcap=softcap,
-        alibi_slopes=alibi_slopes,
-        sinks=sinks,
-        k_scale=k_scale,
-        v_scale=v_scale,
-        attention_chunk_size=attention_chunk_size,
-        max_query_len=max_query_len,
-    )
+    options = _options(locals())
     tensors = (query, key_cache, value_cache, block_table, seq_lens, query_start_loc)
     c = _check_paged_attention("paged_attention_out", *tensors, options)
     num_tokens, num_heads, _ = query.shape
     c.tensor("out", out, shape=(num_tokens, num_heads, value_cache.shape[3]), dtypes=(query.dtype,))
     if lse is not None:
         c.tensor("lse", lse, shape=(num_tokens, num_heads), dtypes=(torch.float32,), last_contiguous=False)
-    _run("paged_attention_out", *tensors, out, lse, options)
+    _run(*tensors, out, lse, options)
 
 
 _BATCH_KINDS = (
