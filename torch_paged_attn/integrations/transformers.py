@@ -162,7 +162,10 @@ class PagedLayer(CacheLayerMixin):
         self.cumulative_length.zero_()
 
     def reorder_cache(self, beam_idx: Tensor) -> None:
-        raise NotImplementedError("PagedCache does not reorder sequences (beam search)")
+        raise ValueError(
+            "PagedCache does not reorder sequences, so it cannot serve beam search: "
+            "generate with num_beams=1 (greedy or sampling)"
+        )
 
 
 class PagedCache(Cache):
