@@ -37,7 +37,6 @@ from .paged_attention import (
     _NO_SPLIT,
     _combine_kernel,
     _dot,
-    _find_sequence,
     _interpreting,
     _load_block_ids,
     _load_rows,
@@ -124,7 +123,18 @@ def _mla_kernel(
 
     # -- which sequence, which of its query blocks; slots past the last sequence own the padding
     #    rows (a pseudo-sequence with no keys) --
-    seq = tl.maximum(_find_sequence(query_start_loc_ptr, stride_qsl, num_seqs, pid_q, BLOCK_Q), 0)
+    # The search of ``_find_sequence``, written out: a store address derived from the result of
+    # a function that takes a pointer makes Inductor's kernel analysis count that pointer as
+    # written, and query_start_loc would be cloned and copied back around every launch (and
+    # CUDA graphs skipped for mutating an input).
+    lo = tl.zeros([], dtype=tl.int32)
+    hi = num_seqs + 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        below = tl.load(query_start_loc_ptr + mid * stride_qsl) // BLOCK_Q + mid <= pid_q
+        lo = tl.where(below, mid + 1, lo)
+        hi = tl.where(below, hi, mid)
+    seq = tl.maximum(lo - 1, 0)
     is_seq = seq < num_seqs
     if WRITE_PARTIAL:
         if seq >= num_seqs:
