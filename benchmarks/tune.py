@@ -1,0 +1,153 @@
+"""Sweeps the Triton kernels' tile tables on the benchmark shapes: retuning for a new GPU.
+
+    python benchmarks/tune.py [--sweeps mla_h16,attn_fp8] [--out DIR]
+    python benchmarks/tune.py --device cpu --tiny         # smoke run, interpreter-free check
+
+Each sweep takes one shape of ``benchmarks/paged_attention.py`` or ``benchmarks/mla_decode.py``
+and one entry of a kernel's configuration table (``_DECODE_CONFIGS`` of the paged attention
+kernel, ``_CONFIGS`` of the MLA kernel, or the batch-invariant split size), replaces the entry by
+each candidate in turn, and times the public op exactly as the benchmarks do (CUDA-graph replay,
+median) against the copy bandwidth measured in the same run. A candidate the compiler refuses
+(shared memory, registers) prints its error instead of a time. The table is sorted fastest
+first; the tables in the kernel modules record the winners with their numbers. JSON rows go to
+``<out>/tune-<gpu>-<date>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]
+import _harness as H  # noqa: E402
+import mla_decode as mla_bench  # noqa: E402
+import paged_attention as attn_bench  # noqa: E402
+
+import torch_paged_attn as tpa  # noqa: E402
+from torch_paged_attn.lowering.triton import mla as mla_kernel  # noqa: E402
+from torch_paged_attn.lowering.triton import paged_attention as attn_kernel  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """Candidates for ``table[key]`` (``table`` None: the batch-invariant split size) on a shape."""
+
+    shape: str
+    table: dict | None
+    key: int
+    candidates: tuple
+    batch_invariant: bool = False
+
+
+_ATTN_DECODE = attn_kernel._DECODE_CONFIGS  # (BLOCK_M, TILE_N, warps, stages, programs per SM)
+_MLA = mla_kernel._CONFIGS  # BLOCK_M -> (TILE_N, warps, stages, programs per SM)
+
+SWEEPS = {
+    "attn_fp8": Sweep("decode_fp8_B64_ctx4096", _ATTN_DECODE, 128, (
+        (16, 128, 4, 2, 2), (16, 128, 4, 3, 2), (16, 128, 4, 4, 2), (16, 256, 4, 2, 2), (16, 256, 4, 3, 2),
+        (16, 64, 4, 3, 2), (16, 64, 4, 4, 2), (16, 128, 8, 3, 2), (16, 256, 8, 2, 2), (16, 128, 4, 2, 3),
+        (16, 128, 4, 2, 1))),
+    "attn_b1": Sweep("decode_B1_ctx32768", _ATTN_DECODE, 128, (
+        (16, 128, 4, 2, 2), (16, 128, 4, 2, 1), (16, 128, 4, 2, 3), (16, 128, 4, 2, 4), (16, 64, 4, 3, 2),
+        (16, 64, 4, 3, 4), (16, 128, 4, 3, 2), (16, 256, 4, 2, 2))),
+    "invariant_B64": Sweep("decode_B64_ctx4096", None, 0, (1024, 2048, 4096), batch_invariant=True),
+    "invariant_B8": Sweep("decode_B8_ctx8192_Hq64", None, 0, (1024, 2048, 4096), batch_invariant=True),
+    "mla_h16": Sweep("B128_ctx4096_H16", _MLA, 16, (
+        (64, 4, 2, 1), (64, 4, 2, 2), (64, 4, 2, 4), (64, 4, 3, 2), (32, 4, 3, 2), (32, 4, 4, 2),
+        (32, 4, 2, 4), (64, 8, 2, 2), (128, 8, 2, 2), (32, 8, 3, 2), (64, 4, 1, 4), (16, 4, 4, 4))),
+    "mla_h128": Sweep("B64_ctx4096_H128", _MLA, 64, (
+        (32, 8, 2, 1), (32, 8, 3, 1), (64, 8, 2, 1), (16, 8, 3, 1), (32, 8, 2, 2), (16, 8, 4, 2),
+        (32, 4, 2, 1), (64, 8, 1, 1))),
+    "mla_fp8": Sweep("fp8_B128_ctx4096_H16", mla_kernel._FP8_CONFIGS, 16, (
+        (64, 4, 2, 1), (64, 4, 2, 2), (64, 4, 3, 2), (128, 4, 2, 2), (128, 8, 2, 2), (32, 4, 3, 4),
+        (64, 4, 2, 4))),
+}
+
+
+@contextlib.contextmanager
+def _candidate(sweep: Sweep, value) -> Iterator[None]:
+    """The sweep's table entry (or the invariant split size) set to ``value`` inside the block."""
+    if sweep.table is None:
+        old = attn_kernel._INVARIANT_SPLIT_TOKENS
+        attn_kernel._INVARIANT_SPLIT_TOKENS = value
+        try:
+            with tpa.batch_invariant(True):
+                yield
+        finally:
+            attn_kernel._INVARIANT_SPLIT_TOKENS = old
+        return
+    old = sweep.table[sweep.key]
+    sweep.table[sweep.key] = value
+    try:
+        yield
+    finally:
+        sweep.table[sweep.key] = old
+
+
+def _call(name: str, device: torch.device, tiny: bool) -> tuple[Callable[[], object], int, str]:
+    """``(fn, bytes, formula)``: the public op on the named benchmark shape."""
+    for s in attn_bench.SHAPES:
+        if s.name == name:
+            s = attn_bench.tiny(s) if tiny else s
+            b = attn_bench.paged_inputs(s, device, seed=0)
+            contender = attn_bench.ours(s, [b])
+            return contender.fns[0], *attn_bench.attention_bytes(s)
+    for s in mla_bench.SHAPES:
+        if s.name == name:
+            s = mla_bench.tiny(s) if tiny else s
+            x = mla_bench.make_inputs(s, device, seed=0)
+            contender = mla_bench.ours(s, [x], device)
+            return contender.fns[0], *mla_bench.cache_bytes(s)
+    raise KeyError(name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sweeps", default=",".join(SWEEPS), help=f"comma-separated, of: {', '.join(SWEEPS)}")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--tiny", action="store_true", help="small stand-in shapes (smoke runs)")
+    ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    args = ap.parse_args(argv)
+    device = H.resolve_device(args.device)
+    copy_gbps, _ = H.copy_bandwidth(device, quick=True)
+    H.progress(f"copy bandwidth {copy_gbps:.0f} GB/s")
+    rows: list[H.Row] = []
+    for name in args.sweeps.split(","):
+        sweep = SWEEPS[name]
+        fn, nbytes, formula = _call(sweep.shape, device, args.tiny)
+        results = []
+        for value in sweep.candidates:
+            label = f"{name} {value}"
+            H.progress(f"  {label}")
+            with _candidate(sweep, value):
+                try:
+                    timing = H.bench([fn], device, quick=True)
+                except Exception as e:  # noqa: BLE001 - a refused configuration is a result
+                    rows.append(H.Row(sweep.shape, label, "bf16", status="n/a", reason=attn_bench._reason(e)))
+                    results.append((math.inf, label, attn_bench._reason(e)))
+                    continue
+            gbps = nbytes / (timing.p50_us * 1e-6) / H.GB
+            rows.append(H.Row(sweep.shape, label, "bf16", p50_us=timing.p50_us, p20_us=timing.p20_us,
+                              p80_us=timing.p80_us, bytes=nbytes, bytes_formula=formula, gbps=gbps,
+                              pct_copy=100 * gbps / copy_gbps))
+            results.append((timing.p50_us, label, f"{100 * gbps / copy_gbps:5.1f} % copy"))
+        print(f"\n{name}: {sweep.shape} (copy {copy_gbps:.0f} GB/s)")
+        for us, label, note in sorted(results):
+            print(f"  {label:<40} {us:9.2f} us  {note}")
+    meta = dict(H.device_info(device), copy_gbps=copy_gbps, args=vars(args))
+    path = H.json_path("tune", meta, args.out)
+    H.write_json(path, "tune", rows, meta)
+    print(f"\nJSON: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
