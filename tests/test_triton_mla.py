@@ -283,6 +283,25 @@ def test_batch_invariant_interpreted() -> None:
     check_batch_invariance("cpu", Case((1, 1, 1), (90, 300, 17)), at=1, split=128)
 
 
+def check_fp8_query_magnitudes(device: str, case: Case) -> None:
+    """bf16 queries far outside fp16's range (2^30) and near its floor (2^-30) over an fp8 cache,
+    the softmax scale compensating: the kernel's power-of-two rescaling for its fp16 dots keeps
+    the reference's answer."""
+    for cache_dtype in (E4M3, E5M2):
+        b = make_batch(replace(case, cache_dtype=cache_dtype), device, seed=17)
+        q_lat, q_rope, scale = b.q_latent, b.q_rope, b.scale
+        for factor in (2.0**30, 2.0**-30):
+            b.q_latent, b.q_rope, b.scale = q_lat * factor, q_rope * factor, scale / factor
+            for split in (None, 64):
+                out, lse = run_triton(b, split_tokens=split)
+                check(b, out, lse, True, BF16)
+
+
+@interpreter_tier
+def test_fp8_query_magnitudes_interpreted() -> None:
+    check_fp8_query_magnitudes("cpu", Case((1, 2, 1), (70, 40, 130)))
+
+
 @interpreter_tier
 def test_public_op_selects_reference_off_cuda() -> None:
     """On CPU the op runs the reference (the kernel runs only on CUDA tensors)."""
@@ -327,7 +346,7 @@ def test_mla_cuda(case: Case) -> None:
 
 @gpu_tier
 def test_batch_invariant_cuda() -> None:
-    check_batch_invariance("cuda", replace(_BASE, q_lens=(1,) * 40, kv_lens=tuple(range(100, 4100, 100))), 17, None)
+    check_batch_invariance("cuda", replace(_BASE, q_lens=(1,) * 40, kv_lens=tuple(range(100, 4100, 100))), 30, None)
 
 
 @gpu_tier
@@ -394,3 +413,8 @@ def test_public_op_cuda_and_compiled() -> None:
     for f in (fn, torch.compile(fn, fullgraph=True)):
         out, lse = f(*b.args())
         check(b, out, lse, True, BF16)
+
+
+@gpu_tier
+def test_fp8_query_magnitudes_cuda() -> None:
+    check_fp8_query_magnitudes("cuda", replace(_BASE, q_lens=(1, 2, 1), kv_lens=(700, 40, 1300)))

@@ -35,8 +35,10 @@ from .paged_attention import (
     _MERGE_GROUP,
     _NO_LIMIT,
     _NO_SPLIT,
+    _abs_max,
     _combine_kernel,
     _dot,
+    _fp16_exponent,
     _interpreting,
     _load_block_ids,
     _load_rows,
@@ -48,15 +50,24 @@ _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 _QUERY_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 # Tile configurations by BLOCK_M (query tokens x heads a program holds): (TILE_N keys per
-# iteration, num_warps, num_stages, programs resident per SM). Not measured on a GPU yet; chosen
-# from the shared-memory budget of an H100 (228 KiB per SM): a bf16 tile of 64 rows x 576 is
-# 72 KiB, two stages 144 KiB; at BLOCK_M 32/64 the [BLOCK_M, 512] float32 accumulator takes 64/128
-# registers per thread at 8 warps, so the key tile halves to keep the stages in shared memory.
+# iteration, num_warps, num_stages, programs resident per SM, which sets the split-KV count).
+# Measured on an H200 (copy 4178 GB/s, 2026-11-22, ``benchmarks/tune.py``), latent 512 + rope 64,
+# block 64, % of copy on the cache bytes:
+# BLOCK_M 16 (H16, B128 x 4096): (64, 4, 2, 2) 86.7, (32, 4, 3, 2) 84.6, (64, 4, 2, 4) 82.8,
+#   (64, 4, 3, 2) 73.7, (128, 8, 2, 2) 72.1, (64, 8, 2, 2) 60.5, (64, 4, 2, 1) 51.3 (no split:
+#   one program per SM cannot keep enough loads in flight).
+# BLOCK_M 64 (H128, B64 x 4096): (64, 8, 2, 1) 20.7, (32, 8, 3, 1) 17.3, (64, 8, 1, 1) 16.0,
+#   (32, 8, 2, 1) 15.0, (32, 8, 2, 2) 14.5, (16, 8, 3, 1) 11.2, (32, 4, 2, 1) 7.5.
+# BLOCK_M 32 (H32, or H16 with 2 speculative tokens): not swept; between the two.
 _CONFIGS = {
-    16: (64, 4, 2, 1),
+    16: (64, 4, 2, 2),
     32: (32, 8, 2, 1),
-    64: (32, 8, 2, 1),
+    64: (64, 8, 2, 1),
 }
+# fp8 caches (bf16 queries, fp16 dots), BLOCK_M 16, B128 x 4096 H16: (32, 4, 3, 4) 26.5 % of copy,
+# (64, 4, 2, 2) 21.9, (64, 4, 2, 4) 21.4, (128, 8, 2, 2) 20.9, (64, 4, 2, 1) 11.7, (128, 4, 2, 2)
+# 2.0 (spills). The per-element fp8 -> fp16 conversion, not memory, bounds these.
+_FP8_CONFIGS = {**_CONFIGS, 16: (32, 4, 3, 4)}
 # Heads one program holds (the M dimension of the dots is at most 64 rows).
 _MAX_HEADS_PER_PROGRAM = 64
 _MAX_BLOCK_M = 64
@@ -172,6 +183,12 @@ def _mla_kernel(
     if IS_FP8:  # the row's one scale multiplies the scores and, through the values, the output
         kv_scale = tl.load(kv_scale_ptr)
         qk_scale = qk_scale * kv_scale
+        if q_lo.dtype == tl.bfloat16:  # dots in fp16, fp8's one-instruction conversion target
+            q_unit = _fp16_exponent(tl.maximum(tl.maximum(_abs_max(q_lo), _abs_max(q_hi)), _abs_max(q_rope)))
+            q_lo = (q_lo.to(tl.float32) / q_unit).to(tl.float16)
+            q_hi = (q_hi.to(tl.float32) / q_unit).to(tl.float16)
+            q_rope = (q_rope.to(tl.float32) / q_unit).to(tl.float16)
+            qk_scale = qk_scale * q_unit
 
     # -- keys this query block can see: [0, kv_hi); every row sees [0, full_hi) unmasked --
     p_first = context + q_block_start
@@ -306,14 +323,14 @@ def mla_decode(
         block_q = min(fit, triton.next_power_of_2(per_seq))
     block_m = max(16, triton.next_power_of_2(heads * block_q))
     block_q = block_m // heads if block_q > 1 else 1
-    tile_n, num_warps, num_stages, programs_per_sm = _CONFIGS[block_m]
+    is_fp8 = kv_cache.dtype in _FP8
+    tile_n, num_warps, num_stages, programs_per_sm = (_FP8_CONFIGS if is_fp8 else _CONFIGS)[block_m]
     num_q_blocks = num_tokens // block_q + num_seqs + 1
     busy_q_blocks = min(num_tokens // block_q + num_seqs, num_tokens)
     split_tokens, num_splits, write_partial = _plan_splits(
         q_latent.device, busy_q_blocks * num_head_groups, programs_per_sm,
         max_blocks * block_size, tile_n, num_tokens * num_heads * (latent + 1) * 4, split_tokens,
     )
-    is_fp8 = kv_cache.dtype in _FP8
     if write_partial:
         f32 = dict(dtype=torch.float32, device=q_latent.device)
         part_out = torch.empty((num_tokens, num_splits, num_heads, latent), **f32)
