@@ -17,6 +17,12 @@ module imports them lazily. ``paged_attention_out`` runs the ``paged_attention``
     gather_cache(kv_cache, block_table, cu_seq_lens, seq_starts, out, scale)
     merge_attn_states(prefix_out, prefix_lse, suffix_out, suffix_lse, out, lse)
 
+On CUDA the order is the backend setting's (``_config.get_backend()``): "triton" tries Triton
+then the reference; "auto" and "flash" try ``flash`` (FlashAttention, which applies the auto
+rule itself through its ``supports``) first, and "flash" raises a RuntimeError when no
+FlashAttention package imports; "reference" runs the reference. A backend that declines a call
+is logged once per reason at debug level on this module's logger.
+
 ``lse`` may be None (not asked for). ``facts`` holds static facts only (device type, dtypes,
 shapes, option values), never tensor values, so selection costs no host synchronisation and
 is stable under torch.compile.
