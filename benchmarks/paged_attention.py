@@ -6,8 +6,12 @@
 Measures the device's copy bandwidth first, then for each shape of the table (the issue's shape
 list; bf16, block 16, Hq 32 / Hkv 8, D 128 unless the name says otherwise) times every contender:
 
-    torch_paged_attn                 this project (paged_attention, reshape_and_cache, merge_attn_states)
+    torch_paged_attn                 this project (paged_attention, reshape_and_cache, merge_attn_states),
+                                     backend "triton"
     torch_paged_attn[batch-inv]      the same in batch-invariant mode (decode shapes)
+    torch_paged_attn[flash]          paged_attention with set_backend("flash") (FlashAttention where it
+                                     supports the call, else Triton)
+    torch_paged_attn[auto]           paged_attention with the default backend "auto"
     gather+sdpa                      torch ops: gather the pages of every sequence, then
                                      F.scaled_dot_product_attention (padded batch, one call)
     flex_attention(paged)            torch.nn.attention.experimental._paged_attention.PagedAttention
@@ -250,8 +254,24 @@ def batch_invariant_context() -> Callable[[], Any]:
     return mode
 
 
-def ours(s: Shape, copies: list[PagedBatch], batch_invariant: bool = False) -> Contender:
-    mode = batch_invariant_context() if batch_invariant else contextlib.nullcontext
+def backend_context(name: str) -> Callable[[], Any]:
+    """``torch_paged_attn.backend(name)`` as a context-manager factory, or Unavailable."""
+    if not hasattr(tpa, "backend"):
+        raise Unavailable("torch_paged_attn.backend is not available")
+    if name == "flash":
+        from torch_paged_attn.lowering import flash
+
+        missing = flash.available()
+        if missing is not None:
+            raise Unavailable(f"no FlashAttention ({missing[:80]})")
+    return lambda: tpa.backend(name)
+
+
+def ours(s: Shape, copies: list[PagedBatch], batch_invariant: bool = False, backend: str = "triton") -> Contender:
+    if batch_invariant:
+        mode = batch_invariant_context()
+    else:
+        mode = backend_context(backend) if hasattr(tpa, "backend") or backend != "triton" else contextlib.nullcontext
 
     def make(b: PagedBatch):
         def run():
@@ -411,6 +431,8 @@ def flash_attn_4(s: Shape, copies: list[PagedBatch], device: torch.device) -> Co
 ATTENTION = {
     "torch_paged_attn": lambda s, c, d: ours(s, c),
     "torch_paged_attn[batch-inv]": lambda s, c, d: ours(s, c, batch_invariant=True),
+    "torch_paged_attn[flash]": lambda s, c, d: ours(s, c, backend="flash"),
+    "torch_paged_attn[auto]": lambda s, c, d: ours(s, c, backend="auto"),
     "gather+sdpa": lambda s, c, d: gather_sdpa(s, c),
     "flex_attention(paged)": flex_paged,
     "flash_attn_4": flash_attn_4,

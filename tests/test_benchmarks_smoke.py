@@ -66,7 +66,8 @@ def test_header(results):
 
 def test_rows_cover_every_shape_and_contender(results):
     got = {(r["shape"], r["provider"]) for r in results["rows"]}
-    attention = {"torch_paged_attn", "gather+sdpa", "flex_attention(paged)", "flash_attn_4"}
+    attention = {"torch_paged_attn", "torch_paged_attn[flash]", "torch_paged_attn[auto]", "gather+sdpa",
+                 "flex_attention(paged)", "flash_attn_4"}
     expected = set()
     for shape in ("decode_B64_ctx4096", "decode_fp8_B64_ctx4096"):
         expected |= {(shape, p) for p in attention | {"torch_paged_attn[batch-inv]"}}

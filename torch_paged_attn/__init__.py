@@ -8,6 +8,8 @@ Module responsibilities (the path of one call, top to bottom)::
         -> lowering.select(op, facts)            picks a backend from static facts, never values
           -> lowering/reference.py               plain PyTorch, any device: the specification
           -> lowering/triton/<family>.py         Triton kernels (CUDA)
+          -> lowering/flash.py                   FlashAttention 4/3/2 (CUDA, when installed), behind
+                                                 the private opaque op paged_attn::_flash_attention
 
 - ``ops/`` declares: schema, mutation annotations, validation, the public function. It imports
   torch only; backends are imported lazily by ``lowering.select``.
@@ -27,10 +29,13 @@ Module responsibilities (the path of one call, top to bottom)::
 - ``testing.py`` builds inputs (block tables, caches with garbage in unused slots, ragged batches)
   for the tests and the benchmarks alike.
 - ``TORCH_PAGED_ATTN_DEBUG=1`` (read per call) adds value checks that synchronise.
+- ``set_backend`` / ``with backend(...)`` / ``TORCH_PAGED_ATTN_BACKEND`` (read per call):
+  "auto" (FlashAttention for prefill-like calls it supports, else Triton), "triton", "flash",
+  "reference"; ``_config.py`` holds this switch and batch-invariant mode.
 """
 
 from . import cache, metadata, ops
-from ._config import batch_invariant, is_batch_invariant, set_batch_invariant
+from ._config import backend, batch_invariant, get_backend, is_batch_invariant, set_backend, set_batch_invariant
 from .cache import BlockAllocator, OutOfBlocksError, PagedKVCache
 from .metadata import MetadataBuilder, StepMetadata
 from .mla import MLAAttention
@@ -56,8 +61,11 @@ __all__ = [
     "cache",
     "metadata",
     "MLAAttention",
+    "backend",
     "batch_invariant",
+    "get_backend",
     "is_batch_invariant",
+    "set_backend",
     "set_batch_invariant",
     "concat_and_cache_mla",
     "gather_cache",

@@ -17,6 +17,12 @@ module imports them lazily. ``paged_attention_out`` runs the ``paged_attention``
     gather_cache(kv_cache, block_table, cu_seq_lens, seq_starts, out, scale)
     merge_attn_states(prefix_out, prefix_lse, suffix_out, suffix_lse, out, lse)
 
+On CUDA the order is the backend setting's (``_config.get_backend()``): "triton" tries Triton
+then the reference; "auto" and "flash" try ``flash`` (FlashAttention, which applies the auto
+rule itself through its ``supports``) first, and "flash" raises a RuntimeError when no
+FlashAttention package imports; "reference" runs the reference. A backend that declines a call
+is logged once per reason at debug level on this module's logger.
+
 ``lse`` may be None (not asked for). ``facts`` holds static facts only (device type, dtypes,
 shapes, option values), never tensor values, so selection costs no host synchronisation and
 is stable under torch.compile.
@@ -25,12 +31,19 @@ is stable under torch.compile.
 from __future__ import annotations
 
 import importlib
+import logging
 from types import ModuleType
 from typing import Any
 
-# In order of preference; the first whose supports() returns None runs the call.
-_CUDA_BACKENDS = ("torch_paged_attn.lowering.triton", "torch_paged_attn.lowering.reference")
+from .. import _config
+
+_log = logging.getLogger(__name__)
+
+_TRITON = "torch_paged_attn.lowering.triton"
+_FLASH = "torch_paged_attn.lowering.flash"
 _REFERENCE = "torch_paged_attn.lowering.reference"
+# Ops FlashAttention may run (lowering/flash.py implements these).
+_FLASH_OPS = ("paged_attention", "mla_decode")
 
 
 def _load(name: str) -> ModuleType | None:
@@ -41,14 +54,18 @@ def _load(name: str) -> ModuleType | None:
 
 
 _CHOICES: dict[tuple, ModuleType] = {}
+_LOGGED: set[tuple] = set()
 
 
 def select(op: str, facts: dict[str, Any]) -> ModuleType:
     """The module whose function named ``op`` runs a call described by ``facts``.
 
     ``facts["device"]`` is the device type ("cpu", "cuda", ...). Off CUDA the reference runs.
-    Facts are static, so each distinct call signature is decided once and remembered.
+    The backend setting (``torch_paged_attn.set_backend``, ``TORCH_PAGED_ATTN_BACKEND``) and
+    batch-invariant mode are read here, per call, and join the facts. Facts are static, so each
+    distinct call signature is decided once and remembered.
     """
+    facts = {**facts, "backend": _config.get_backend(), "batch_invariant": _config.is_batch_invariant()}
     key = (op, *facts.items())
     try:
         choice = _CHOICES.get(key)
@@ -59,10 +76,41 @@ def select(op: str, facts: dict[str, Any]) -> ModuleType:
     return choice
 
 
+def _chain(op: str, facts: dict[str, Any]) -> tuple[str, ...]:
+    """Backends to try, in order of preference: the first whose supports() returns None runs."""
+    backend = facts["backend"]
+    if backend == "reference" or facts.get("device") != "cuda":
+        return (_REFERENCE,)
+    if op not in _FLASH_OPS or backend == "triton":
+        return (_TRITON, _REFERENCE)
+    if backend == "flash":
+        flash = importlib.import_module(_FLASH)
+        missing = flash.available()
+        if missing is not None:
+            raise RuntimeError(
+                f"torch_paged_attn: backend 'flash' was requested (set_backend, backend() or "
+                f"TORCH_PAGED_ATTN_BACKEND) but no FlashAttention can run: {missing}. Install "
+                "flash-attn-4 (flash_attn.cute), FlashAttention-3 (flash_attn_interface) or flash-attn "
+                "2, or choose 'auto' or 'triton'."
+            )
+    return (_FLASH, _TRITON, _REFERENCE)  # "auto" and "flash"; flash.supports() applies the auto rule
+
+
 def _choose(op: str, facts: dict[str, Any]) -> ModuleType:
-    if facts.get("device") == "cuda":
-        for name in _CUDA_BACKENDS:
-            backend = _load(name)
-            if backend is not None and backend.supports(op, facts) is None:
-                return backend.module_for(op) if hasattr(backend, "module_for") else backend
+    for name in _chain(op, facts):
+        backend = _load(name)
+        if backend is None:
+            continue
+        reason = backend.supports(op, facts)
+        if reason is None:
+            return backend.module_for(op) if hasattr(backend, "module_for") else backend
+        _log_once(name, op, reason)
     return importlib.import_module(_REFERENCE)
+
+
+def _log_once(name: str, op: str, reason: str) -> None:
+    """One debug line per backend, op and reason a call fell through (not one per call)."""
+    key = (name, op, reason)
+    if key not in _LOGGED:
+        _LOGGED.add(key)
+        _log.debug("%s: %s does not run this call (%s); trying the next backend", op, name.rsplit(".", 1)[-1], reason)

@@ -105,6 +105,13 @@ def _options(args: dict) -> dict:
     return {name: args[name] for name in _OPTION_NAMES}
 
 
+def _block_row_major(cache: Tensor) -> bool:
+    """Whether each block of a ``[NB, BS, H, D]`` cache is row-major ``[BS, H, D]`` (any block
+    stride): FlashAttention's page layout; an HND view is not."""
+    _, _, heads, size = cache.shape
+    return cache.stride(3) == 1 and (heads == 1 or cache.stride(2) == size) and cache.stride(1) == heads * size
+
+
 def _run(
     query: Tensor,
     key_cache: Tensor,
@@ -116,6 +123,8 @@ def _run(
     lse: Tensor | None,
     options: dict,
 ) -> None:
+    max_query_len = options["max_query_len"]
+    num_seqs = block_table.shape[0]
     facts = {
         "device": query.device.type,
         "dtype": query.dtype,
@@ -125,6 +134,9 @@ def _run(
         "block_size": key_cache.shape[1],
         "num_heads": query.shape[1],
         "num_kv_heads": key_cache.shape[2],
+        # shapes "auto" decides on (lowering/flash.py): query tokens per sequence
+        "query_tokens_per_seq": max_query_len if max_query_len > 0 else query.shape[0] // max(num_seqs, 1),
+        "cache_nhd": _block_row_major(key_cache) and _block_row_major(value_cache),
         **{k: v for k, v in options.items() if not isinstance(v, Tensor)},
         "alibi": options["alibi_slopes"] is not None,
         "sinks": options["sinks"] is not None,

@@ -1,0 +1,567 @@
+"""The FlashAttention backend (lowering/flash.py) and per-call backend selection.
+
+CPU tier (CI, no FlashAttention): the switch (set_backend, backend(), TORCH_PAGED_ATTN_BACKEND),
+"flash" without FlashAttention (a RuntimeError naming what is missing), the "auto" rule on facts,
+each adapter's supports table against the contract's features, and the FA4 argument mapping
+through a fake ``flash_attn.cute`` whose ``flash_attn_varlen_func`` is plain torch written from
+FA4's documented semantics (head-major natural-log LSE, bottom-right causal, ``None`` windows,
+raw-logit sinks, rows past ``cu_seqlens_q[-1]`` left unwritten), checked against the float64 loop.
+
+GPU tier (CUDA and an importable ``flash_attn.cute``): parity with the reference over what FA4
+supports, the Triton fallback for what it does not, CUDA-graph capture/replay, and
+torch.compile(fullgraph=True) with one paged_attn node.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+import types
+from dataclasses import replace
+
+import pytest
+import torch
+
+import _loop as loop
+import torch_paged_attn as pa
+from torch_paged_attn import _config, lowering
+from torch_paged_attn.lowering import flash, reference
+from torch_paged_attn.testing import assert_close, make_paged_batch
+
+BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
+
+
+@pytest.fixture(autouse=True)
+def _clean(monkeypatch):
+    """Each test starts from the default setting and empty selection caches."""
+    monkeypatch.delenv("TORCH_PAGED_ATTN_BACKEND", raising=False)
+    pa.set_backend(None)
+    lowering._CHOICES.clear()
+    flash._function.cache_clear()
+    yield
+    pa.set_backend(None)
+    lowering._CHOICES.clear()
+    flash._function.cache_clear()
+
+
+# -- the switch ----------------------------------------------------------------------------------
+
+
+def test_set_backend_and_context_manager():
+    assert pa.get_backend() == "auto"
+    pa.set_backend("triton")
+    assert pa.get_backend() == "triton"
+    with pa.backend("reference"):
+        assert pa.get_backend() == "reference"
+        with pa.backend("flash"):
+            assert pa.get_backend() == "flash"
+        assert pa.get_backend() == "reference"
+    assert pa.get_backend() == "triton"
+    pa.set_backend(None)
+    assert pa.get_backend() == "auto"
+
+
+@pytest.mark.parametrize("bad", ["cuda", "", "fa4", 3, None])
+def test_bad_backend_names_list_the_choices(bad):
+    calls = [lambda: pa.backend(bad)]
+    if bad is not None:
+        calls.append(lambda: pa.set_backend(bad))
+    for call in calls:
+        with pytest.raises(ValueError) as e:
+            call()
+        for name in _config.BACKENDS:
+            assert repr(name) in str(e.value)
+
+
+def test_env_var_is_read_per_call(monkeypatch):
+    monkeypatch.setenv("TORCH_PAGED_ATTN_BACKEND", "triton")
+    assert pa.get_backend() == "triton"
+    monkeypatch.setenv("TORCH_PAGED_ATTN_BACKEND", "Reference")
+    assert pa.get_backend() == "reference"
+    with pa.backend("auto"):  # an explicit setting wins over the variable
+        assert pa.get_backend() == "auto"
+    monkeypatch.setenv("TORCH_PAGED_ATTN_BACKEND", "fast")
+    with pytest.raises(ValueError, match="TORCH_PAGED_ATTN_BACKEND.*'auto', 'triton', 'flash', 'reference'"):
+        pa.get_backend()
+
+
+def test_batch_invariant_switch_still_works(monkeypatch):
+    assert not pa.is_batch_invariant()
+    with pa.batch_invariant():
+        assert pa.is_batch_invariant()
+    monkeypatch.setenv("TORCH_PAGED_ATTN_BATCH_INVARIANT", "1")
+    assert pa.is_batch_invariant()
+    pa.set_batch_invariant(False)
+    assert not pa.is_batch_invariant()
+    pa.set_batch_invariant(None)
+    with pytest.raises(TypeError):
+        pa.set_batch_invariant("yes")
+
+
+# -- selection on facts ----------------------------------------------------------------------------
+
+
+def _facts(**kw) -> dict:
+    f = dict(device="cuda", dtype=BF16, cache_dtype=BF16, head_size=128, head_size_v=128, block_size=16,
+             num_heads=32, num_kv_heads=8, query_tokens_per_seq=2048, cache_nhd=True, scale=0.088,
+             causal=True, window_left=-1, window_right=-1, softcap=0.0, attention_chunk_size=0,
+             max_query_len=-1, alibi=False, sinks=False, lse=False)
+    f.update(kw)
+    return f
+
+
+def _fake_fa4_installed(monkeypatch, capability=(9, 0)):
+    """A fake ``flash_attn.cute`` (see ``fake_flash_attn_varlen_func``) and a device of ``capability``."""
+    pkg = types.ModuleType("flash_attn")
+    pkg.__path__ = []
+    cute = types.ModuleType("flash_attn.cute")
+    cute.flash_attn_varlen_func = fake_flash_attn_varlen_func
+    pkg.cute = cute
+    monkeypatch.setitem(sys.modules, "flash_attn", pkg)
+    monkeypatch.setitem(sys.modules, "flash_attn.cute", cute)
+    monkeypatch.setattr(flash, "_capability", lambda: capability)
+    flash._function.cache_clear()
+    lowering._CHOICES.clear()
+
+
+def _name(module) -> str:
+    return module.__name__.removeprefix("torch_paged_attn.lowering.")
+
+
+def test_flash_without_flashattention_is_an_error():
+    assert flash.installed() == []  # CI has no FlashAttention
+    with pa.backend("flash"):
+        with pytest.raises(RuntimeError, match="backend 'flash'.*flash_attn.cute"):
+            lowering.select("paged_attention", _facts())
+        # off CUDA the reference runs whatever the setting
+        assert _name(lowering.select("paged_attention", _facts(device="cpu"))) == "reference"
+        # ops FlashAttention never runs are not affected
+        assert _name(lowering.select("merge_attn_states", dict(device="cuda"))) != "flash"
+
+
+def test_auto_without_flashattention_runs_triton():
+    assert _name(lowering.select("paged_attention", _facts())) == "triton.paged_attention"
+
+
+def test_triton_and_reference_settings():
+    with pa.backend("triton"):
+        assert _name(lowering.select("paged_attention", _facts())) == "triton.paged_attention"
+    with pa.backend("reference"):
+        assert _name(lowering.select("paged_attention", _facts())) == "reference"
+        assert _name(lowering.select("reshape_and_cache", dict(device="cuda"))) == "reference"
+
+
+def test_auto_rule_on_facts(monkeypatch, caplog):
+    _fake_fa4_installed(monkeypatch)
+    n = flash.AUTO_FLASH_MIN_QUERY_TOKENS
+    prefill, decode = _facts(query_tokens_per_seq=n), _facts(query_tokens_per_seq=n - 1)
+    assert flash.auto_declines("paged_attention", prefill) is None
+    assert "decode-like" in flash.auto_declines("paged_attention", decode)
+    assert _name(lowering.select("paged_attention", prefill)) == "flash"
+    with caplog.at_level(logging.DEBUG, logger="torch_paged_attn.lowering"):
+        for _ in range(3):
+            lowering._CHOICES.clear()
+            assert _name(lowering.select("paged_attention", decode)) == "triton.paged_attention"
+    assert len([r for r in caplog.records if "decode-like" in r.getMessage()]) == 1  # logged once
+    # what FA4 cannot do goes to Triton under auto and flash alike
+    for setting in ("auto", "flash"):
+        with pa.backend(setting):
+            for facts in (_facts(alibi=True), _facts(attention_chunk_size=64), _facts(dtype=FP32, cache_dtype=FP32),
+                          _facts(block_size=128), _facts(cache_nhd=False)):
+                assert _name(lowering.select("paged_attention", facts)) == "triton.paged_attention", facts
+            fp8 = _facts(cache_dtype=torch.float8_e4m3fn, backend=setting)
+            assert "fp8" in flash.supports("paged_attention", fp8)
+    # "flash" runs decode on FlashAttention too; batch-invariant mode never does
+    with pa.backend("flash"):
+        assert _name(lowering.select("paged_attention", decode)) == "flash"
+        with pa.batch_invariant():
+            assert _name(lowering.select("paged_attention", prefill)) == "triton.paged_attention"
+    # MLA: FA4 on SM100 only, and only when asked for
+    mla = dict(device="cuda", dtype=BF16, cache_dtype=BF16, latent=512, rope=64, block_size=16, num_heads=16,
+               causal=True)
+    with pa.backend("flash"):
+        assert _name(lowering.select("mla_decode", mla)) == "triton.mla"  # SM90
+        monkeypatch.setattr(flash, "_capability", lambda: (10, 0))
+        lowering._CHOICES.clear()
+        assert _name(lowering.select("mla_decode", mla)) == "flash"
+    assert _name(lowering.select("mla_decode", mla)) == "triton.mla"  # auto
+
+
+def test_the_setting_is_part_of_the_cache_key(monkeypatch):
+    _fake_fa4_installed(monkeypatch)
+    facts = _facts(query_tokens_per_seq=1)
+    assert _name(lowering.select("paged_attention", facts)) == "triton.paged_attention"
+    with pa.backend("flash"):
+        assert _name(lowering.select("paged_attention", facts)) == "flash"
+    with pa.backend("reference"):
+        assert _name(lowering.select("paged_attention", facts)) == "reference"
+    assert _name(lowering.select("paged_attention", facts)) == "triton.paged_attention"
+
+
+# -- supports tables --------------------------------------------------------------------------------
+
+# (adapter, capability, fact overrides, runs?) against the contract's features
+SUPPORT_TABLE = [
+    ("fa4", (9, 0), {}, True),
+    ("fa4", (10, 0), {}, True),
+    ("fa4", (8, 0), {}, False),  # FA4 paged KV: SM90/SM100 only
+    ("fa4", (12, 0), {}, False),
+    ("fa4", (9, 0), dict(dtype=FP16, cache_dtype=FP16), True),
+    ("fa4", (9, 0), dict(dtype=FP32, cache_dtype=FP32), False),
+    ("fa4", (9, 0), dict(cache_dtype=torch.float8_e4m3fn), False),
+    ("fa4", (10, 0), dict(cache_dtype=torch.float8_e5m2), False),
+    ("fa4", (9, 0), dict(alibi=True), False),
+    ("fa4", (9, 0), dict(sinks=True, softcap=30.0, lse=True), True),
+    ("fa4", (9, 0), dict(window_left=127, window_right=0), True),
+    ("fa4", (9, 0), dict(causal=False, window_left=64, window_right=16), True),
+    ("fa4", (9, 0), dict(causal=True, window_right=5), True),
+    ("fa4", (9, 0), dict(attention_chunk_size=256), False),
+    ("fa4", (9, 0), dict(block_size=8), True),
+    ("fa4", (9, 0), dict(block_size=32), True),
+    ("fa4", (9, 0), dict(block_size=544), True),
+    ("fa4", (9, 0), dict(block_size=64), False),  # TMA pages: unused slots must be finite
+    ("fa4", (10, 0), dict(block_size=128), False),
+    ("fa4", (9, 0), dict(head_size=256, head_size_v=256), True),
+    ("fa4", (9, 0), dict(head_size=96, head_size_v=256), True),
+    ("fa4", (10, 0), dict(head_size=256, head_size_v=256), True),
+    ("fa4", (10, 0), dict(head_size=192, head_size_v=128), True),
+    ("fa4", (10, 0), dict(head_size=96, head_size_v=256), False),
+    ("fa4", (10, 0), dict(head_size=192, head_size_v=192), False),
+    ("fa4", (9, 0), dict(num_heads=40, num_kv_heads=8), True),  # GQA 5
+    ("fa4", (9, 0), dict(cache_nhd=False), False),
+    ("fa3", (9, 0), {}, True),
+    ("fa3", (10, 0), {}, False),
+    ("fa3", (9, 0), dict(sinks=True), False),
+    ("fa3", (9, 0), dict(alibi=True), False),
+    ("fa3", (9, 0), dict(attention_chunk_size=128), False),
+    ("fa3", (9, 0), dict(block_size=64), False),
+    ("fa3", (9, 0), dict(softcap=20.0, window_left=10, lse=True), True),
+    ("fa2", (8, 0), dict(block_size=256), True),
+    ("fa2", (9, 0), dict(block_size=512), True),
+    ("fa2", (8, 0), dict(block_size=16), False),  # page_block_size % 256 == 0
+    ("fa2", (8, 0), dict(block_size=256, alibi=True), True),  # causal: -slope*|i-j| == slope*(j-p)
+    ("fa2", (8, 0), dict(block_size=256, alibi=True, causal=False), False),
+    ("fa2", (8, 0), dict(block_size=256, sinks=True), False),
+    ("fa2", (8, 0), dict(block_size=256, head_size_v=64), False),
+    ("fa2", (7, 5), dict(block_size=256), False),
+]
+
+
+@pytest.mark.parametrize("adapter,capability,overrides,runs", SUPPORT_TABLE,
+                         ids=[f"{a}_sm{c[0]}{c[1]}_{'_'.join(f'{k}{v}' for k, v in o.items()) or 'base'}"
+                              for a, c, o, _ in SUPPORT_TABLE])
+def test_supports_table(adapter, capability, overrides, runs):
+    reason = flash._BY_NAME[adapter].unsupported("paged_attention", _facts(**overrides), capability)
+    assert (reason is None) == runs, reason
+    assert reason is None or isinstance(reason, str) and reason
+
+
+def test_mla_support_table():
+    mla = dict(dtype=BF16, cache_dtype=BF16, latent=512, rope=64, block_size=16, num_heads=16, causal=True)
+    fa4 = flash._BY_NAME["fa4"]
+    assert fa4.unsupported("mla_decode", mla, (10, 0)) is None
+    assert fa4.unsupported("mla_decode", mla, (9, 0)) is not None
+    assert fa4.unsupported("mla_decode", {**mla, "block_size": 64}, (10, 0)) is not None
+    assert fa4.unsupported("mla_decode", {**mla, "cache_dtype": torch.float8_e4m3fn}, (10, 0)) is not None
+    assert fa4.unsupported("mla_decode", {**mla, "latent": 256}, (10, 0)) is not None
+    for name in ("fa3", "fa2"):
+        assert flash._BY_NAME[name].unsupported("mla_decode", mla, (9, 0)) is not None
+
+
+# -- FA4 argument mapping through a fake flash_attn.cute ----------------------------------------------
+
+FAKE_CALLS: list[dict] = []
+
+
+def fake_flash_attn_varlen_func(q, k, v, qv=None, cu_seqlens_q=None, max_seqlen_q=None, seqused_k=None,
+                                page_table=None, softmax_scale=None, causal=False, window_size=(None, None),
+                                learnable_sink=None, softcap=0.0, return_lse=False, **unused):
+    """FA4's documented semantics in plain torch (flash_attn/cute/interface.py, 4.0.0b36): q
+    ``[total_q, H, D]``, paged k/v ``[NP, PS, Hkv, D]``; query t of sequence b at position
+    ``seqused_k[b] - q_len + t``; ``causal`` forces the right window to 0; a ``None`` window side is
+    unbounded; ``softcap * tanh(scale * qk / softcap)``; the sink is a raw logit in the
+    denominator; out ``[total_q, H, Dv]`` (rows past ``cu_seqlens_q[-1]`` not written: NaN here),
+    lse ``[H, total_q]`` natural log (-inf, or the sink, for a row with no key)."""
+    assert qv is None and not unused, unused
+    assert q.dtype == k.dtype == v.dtype and q.dtype in (BF16, FP16)
+    assert page_table.dtype == torch.int32 and page_table.stride(-1) == 1
+    for t in (cu_seqlens_q, seqused_k):
+        assert t.dtype == torch.int32 and t.stride(0) == 1
+    assert isinstance(max_seqlen_q, int) or max_seqlen_q is None
+    FAKE_CALLS.append(dict(causal=causal, window_size=window_size, softcap=softcap, scale=softmax_scale))
+    total_q, num_heads, _ = q.shape
+    num_pages, page_size, num_kv_heads, _ = k.shape
+    group = num_heads // num_kv_heads
+    out = torch.full((total_q, num_heads, v.shape[-1]), float("nan"), dtype=q.dtype)
+    lse = torch.full((num_heads, total_q), float("nan"))
+    left, right = window_size
+    if causal:
+        right = 0
+    cu, lens = cu_seqlens_q.tolist(), seqused_k.tolist()
+    for b, seq_len in enumerate(lens):
+        s, e = cu[b], cu[b + 1]
+        pages = page_table[b, : -(-seq_len // page_size)].long()
+        keys = k[pages].reshape(-1, num_kv_heads, k.shape[-1])[:seq_len].float()
+        vals = v[pages].reshape(-1, num_kv_heads, v.shape[-1])[:seq_len].float()
+        qpos = torch.arange(e - s) + seq_len - (e - s)
+        kpos = torch.arange(seq_len)
+        visible = torch.ones(e - s, seq_len, dtype=torch.bool)
+        if right is not None:
+            visible &= kpos[None, :] <= qpos[:, None] + right
+        if left is not None:
+            visible &= kpos[None, :] >= qpos[:, None] - left
+        kk = keys.repeat_interleave(group, dim=1)  # [L, H, D]
+        vv = vals.repeat_interleave(group, dim=1)
+        scores = torch.einsum("thd,lhd->htl", q[s:e].float(), kk) * softmax_scale
+        if softcap:
+            scores = softcap * torch.tanh(scores / softcap)
+        scores = scores.masked_fill(~visible[None], float("-inf"))
+        sink = (learnable_sink.float() if learnable_sink is not None else torch.full((num_heads,), float("-inf")))
+        logits = torch.cat([scores, sink[:, None, None].expand(-1, e - s, 1)], dim=-1)
+        row_lse = torch.logsumexp(logits, dim=-1)  # [H, t]
+        weights = torch.where(torch.isinf(row_lse)[..., None], 0.0, torch.exp(scores - row_lse[..., None]))
+        out[s:e] = torch.einsum("htl,lhd->thd", weights, vv).to(q.dtype)
+        lse[:, s:e] = row_lse
+    return (out, lse if return_lse else None)
+
+
+MAPPING_CASES = [
+    dict(),
+    dict(window=(3, 0)),
+    dict(window=(7, 2), causal=False),
+    dict(window=(-1, 2), causal=False),
+    dict(window=(5, 4), causal=True),  # causal still applies: the right window is the diagonal
+    dict(softcap=5.0),
+    dict(sinks=True),
+    dict(sinks=True, softcap=3.0, window=(6, 0), dtype=FP16),
+    dict(causal=False, sinks=True),
+    dict(num_heads=8, num_kv_heads=1, head_size_v=16),
+]
+
+
+@pytest.mark.parametrize("case", MAPPING_CASES, ids=lambda c: "_".join(f"{k}{v}" for k, v in c.items()) or "base")
+def test_fa4_argument_mapping_against_the_loop(case, monkeypatch):
+    _fake_fa4_installed(monkeypatch)
+    FAKE_CALLS.clear()
+    dtype = case.get("dtype", BF16)
+    batch = make_paged_batch([1, 4, 3, 2, 0], [9, 20, 2, 0, 5], num_heads=case.get("num_heads", 4),
+                             num_kv_heads=case.get("num_kv_heads", 2), head_size=32,
+                             head_size_v=case.get("head_size_v"), block_size=8, dtype=dtype, pad_tokens=2, seed=4)
+    g = torch.Generator().manual_seed(1)
+    heads = batch.query.shape[1]
+    options = dict(scale=0.2, causal=case.get("causal", True), window_left=case.get("window", (-1, -1))[0],
+                   window_right=case.get("window", (-1, -1))[1], softcap=case.get("softcap", 0.0), alibi_slopes=None,
+                   sinks=torch.randn(heads, generator=g) * 2 if case.get("sinks") else None, k_scale=None,
+                   v_scale=None, attention_chunk_size=0)
+    t, _, _ = batch.query.shape
+    out = torch.full((t, heads, batch.value_cache.shape[-1]), float("nan"), dtype=dtype)
+    lse = torch.full((t, heads), float("nan"))
+    flash.paged_attention(*batch.args(), out, lse, **options)
+    assert len(FAKE_CALLS) == 1
+    call = FAKE_CALLS[0]
+    assert call["scale"] == options["scale"] and call["causal"] == options["causal"]
+    loop_opts = {k: v for k, v in options.items() if k not in ("k_scale", "v_scale")}
+    truth_out, truth_lse = loop.paged_attention(*batch.args(), **loop_opts)
+    ref_out, ref_lse = reference.attention(*batch.args(), **options)
+    assert_close(out, truth_out, dtype=dtype, reference=ref_out, name="out")
+    assert_close(lse, truth_lse, dtype=dtype, reference=ref_lse, name="lse")
+    # without lse: out only
+    out2 = torch.full_like(out, float("nan"))
+    flash.paged_attention(*batch.args(), out2, None, **options)
+    assert torch.equal(out2, out)
+
+
+def test_fa4_window_translation(monkeypatch):
+    """-1 is unbounded (None); a causal call passes no right window (FA4 sets it to 0)."""
+    _fake_fa4_installed(monkeypatch)
+    batch = make_paged_batch([2], [10], num_heads=2, num_kv_heads=1, head_size=16, dtype=BF16, seed=1)
+    base = dict(scale=0.25, softcap=0.0, alibi_slopes=None, sinks=None, k_scale=None, v_scale=None,
+                attention_chunk_size=0)
+    expect = {(True, -1, -1): (None, None), (True, 4, 3): (4, None), (False, -1, 2): (None, 2),
+              (False, 3, -1): (3, None), (False, 0, 0): (0, 0)}
+    for (causal, wl, wr), window in expect.items():
+        FAKE_CALLS.clear()
+        out = torch.empty(2, 2, 16, dtype=BF16)
+        flash.paged_attention(*batch.args(), out, None, causal=causal, window_left=wl, window_right=wr, **base)
+        assert FAKE_CALLS[0]["window_size"] == window, (causal, wl, wr)
+
+
+def test_private_op_fake_and_schema():
+    """The private op is registered with no mutation and a fake that allocates the contract's shapes."""
+    op = torch.ops.paged_attn._flash_attention.default
+    assert not any(a.alias_info is not None and a.alias_info.is_write for a in op._schema.arguments)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        q = torch.empty(5, 4, 32, dtype=BF16)
+        kc, vc = torch.empty(3, 8, 2, 32, dtype=BF16), torch.empty(3, 8, 2, 16, dtype=BF16)
+        i = lambda *s: torch.empty(*s, dtype=torch.int32)  # noqa: E731
+        out, lse = op("fa4", q, kc, vc, i(2, 3), i(2), i(3), None, 0.1, True, -1, -1, 0.0, None, None, -1, True)
+        assert out.shape == (5, 4, 16) and out.dtype == BF16 and lse.shape == (5, 4) and lse.dtype == FP32
+        _, lse = op("fa4", q, kc, vc, i(2, 3), i(2), i(3), None, 0.1, True, -1, -1, 0.0, None, None, -1, False)
+        assert lse.shape == (0,)
+
+
+# -- GPU tier ------------------------------------------------------------------------------------------
+
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _fa4_importable() -> bool:
+    try:
+        from flash_attn.cute import flash_attn_varlen_func  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+_GPU = torch.cuda.is_available() and not _INTERPRET
+gpu_fa4 = pytest.mark.skipif(
+    not (_GPU and _fa4_importable()), reason="needs CUDA (TRITON_INTERPRET unset) and an importable flash_attn.cute"
+)
+
+if _GPU:  # the Triton tests' case builder and checks (they import triton)
+    from test_triton_paged_attention import Case, check_against_reference, make_inputs
+else:
+    Case = None
+
+
+def _spy(monkeypatch) -> list[str]:
+    """Adapter names of the FlashAttention calls made from now on."""
+    calls: list[str] = []
+    real = flash._call
+
+    def call(adapter, *args, **kwargs):
+        calls.append(adapter)
+        return real(adapter, *args, **kwargs)
+
+    monkeypatch.setattr(flash, "_call", call)
+    return calls
+
+
+def _public(batch, options, *, with_lse=True):
+    opts = {k: v for k, v in options.items()}
+    return pa.paged_attention(*batch.args(), return_lse=with_lse, **opts)
+
+
+def _gpu_cases(supported: bool) -> list:
+    if Case is None:
+        return []
+    mixed = Case((1, 17, 1, 0, 5, 300), (1000, 300, 17, 0, 5, 333), num_heads=8, num_kv_heads=2, head_size=128,
+                 pad_tokens=3)
+    decode = Case((1, 1, 1, 1, 1), (1023, 1, 16, 700, 2100), num_heads=8, num_kv_heads=2, head_size=128)
+    prefill = Case((512, 256), (512, 1024), num_heads=8, num_kv_heads=2, head_size=128)
+    if not supported:  # features FA4 declines: the call must run Triton and be right
+        return [replace(mixed, alibi=True), replace(mixed, chunk=256), replace(mixed, dtype=FP32),
+                replace(mixed, cache_dtype=torch.float8_e4m3fn), replace(mixed, block_size=128),
+                replace(mixed, block_size=64), replace(mixed, strided="hnd"), replace(decode, alibi=True)]
+    cases = [mixed, decode, prefill]
+    cases += [replace(mixed, dtype=FP16), replace(prefill, dtype=FP16)]
+    cases += [replace(mixed, head_size=d) for d in (64, 96, 256)]
+    cases += [replace(mixed, head_size=192, head_size_v=128)]
+    cases += [replace(mixed, block_size=bs) for bs in (8, 32, 256, 544)]
+    cases += [replace(mixed, num_heads=h, num_kv_heads=kv) for h, kv in ((8, 8), (10, 2), (64, 1))]
+    cases += [replace(c, **f) for c in (mixed, prefill) for f in (
+        dict(causal=False), dict(window=(127, 0)), dict(window=(64, 16), causal=False),
+        dict(window=(-1, 5), causal=False), dict(window=(100, 5)), dict(softcap=30.0), dict(sinks=True),
+        dict(with_lse=False), dict(sinks=True, softcap=20.0, window=(200, 0)), dict(strided="cross_layer"))]
+    return cases
+
+
+def _check_public(case, monkeypatch, expect_flash: bool) -> None:
+    batch, options = make_inputs(case, "cuda", seed=17)
+    calls = _spy(monkeypatch)
+    with pa.backend("flash"):
+        out, lse = _public(batch, options, with_lse=case.with_lse)
+    assert bool(calls) == expect_flash, calls
+    check_against_reference(batch, options, out, lse if case.with_lse else None, case.dtype)
+
+
+@gpu_fa4
+@pytest.mark.parametrize("case", _gpu_cases(True), ids=lambda c: c.id)
+def test_flash_parity_cuda(case, monkeypatch):
+    _check_public(case, monkeypatch, expect_flash=True)
+
+
+@gpu_fa4
+@pytest.mark.parametrize("case", _gpu_cases(False), ids=lambda c: c.id)
+def test_flash_fallback_cuda(case, monkeypatch):
+    _check_public(case, monkeypatch, expect_flash=False)
+
+
+@gpu_fa4
+def test_auto_picks_flash_for_prefill_only_cuda(monkeypatch):
+    calls = _spy(monkeypatch)
+    decode = Case((1, 1, 1), (500, 20, 900), num_heads=8, num_kv_heads=2, head_size=128)
+    prefill = Case((256, 300), (256, 700), num_heads=8, num_kv_heads=2, head_size=128)
+    for case, expect in ((decode, 0), (prefill, 1)):
+        calls.clear()
+        batch, options = make_inputs(case, "cuda", seed=3)
+        out, lse = _public(batch, options)
+        assert len(calls) == expect, case.id
+        check_against_reference(batch, options, out, lse, case.dtype)
+
+
+@gpu_fa4
+def test_flash_cuda_graph_replay_cuda(monkeypatch):
+    """One eager call (FA4 compiles its kernel), capture, rewrite seq_lens / block_table /
+    query_start_loc in place, replay: each replay equals the reference of the new contents."""
+    calls = _spy(monkeypatch)
+    kw = dict(num_heads=8, num_kv_heads=2, head_size=128, dtype=BF16, device="cuda", max_blocks=80)
+
+    def batch(seed, q_lens, kv_lens):
+        used = sum(-(-n // 16) for n in kv_lens)
+        return make_paged_batch(q_lens, kv_lens, seed=seed, pad_tokens=300 - sum(q_lens), extra_blocks=500 - used,
+                                **kw)
+
+    static = batch(0, [200, 1, 40, 30], [900, 1, 40, 1200])
+    options = dict(scale=0.09, causal=True, window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=None,
+                   sinks=None, k_scale=None, v_scale=None, attention_chunk_size=0)
+    out = torch.full((300, 8, 128), float("nan"), dtype=BF16, device="cuda")
+    lse = torch.full((300, 8), float("nan"), device="cuda")
+    with pa.backend("flash"):
+        pa.paged_attention_out(*static.args(), out, lse, max_query_len=200, **options)  # warm-up
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            pa.paged_attention_out(*static.args(), out, lse, max_query_len=200, **options)
+    assert calls and set(calls) == {"fa4"}
+    for seed, q_lens, kv_lens in ((1, [150, 1, 1, 48], [300, 1270, 0, 48]), (2, [1, 199, 1, 1], [1, 200, 3, 1100])):
+        new = batch(seed, q_lens, kv_lens)
+        for dst, src in zip(static.args(), new.args()):
+            dst.copy_(src)
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        graph.replay()
+        check_against_reference(static, options, out, lse, BF16)
+
+
+@gpu_fa4
+def test_flash_compiled_fullgraph_one_node_cuda(monkeypatch):
+    case = Case((1, 200, 0, 64), (300, 400, 0, 64), num_heads=8, num_kv_heads=2, head_size=128, sinks=True,
+                pad_tokens=2)
+    batch, options = make_inputs(case, "cuda", seed=5)
+    options.pop("k_scale"), options.pop("v_scale")
+
+    def fn(q, kc, vc, bt, sl, qsl):
+        return pa.paged_attention(q, kc, vc, bt, sl, qsl, return_lse=True, **options)
+
+    graphs = []
+
+    def count(gm, inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    calls = _spy(monkeypatch)
+    with pa.backend("flash"):
+        torch._dynamo.reset()
+        torch.compile(fn, fullgraph=True, backend=count)(*batch.args())
+        targets = [n.target for n in graphs[0].graph.nodes if n.op == "call_function"]
+        ours = [t for t in targets if "paged_attn" in str(t)]
+        assert ours == [torch.ops.paged_attn.paged_attention.default], targets
+        torch._dynamo.reset()
+        out, lse = torch.compile(fn, fullgraph=True)(*batch.args())
+    assert calls and set(calls) == {"fa4"}
+    check_against_reference(batch, options, out, lse, BF16)

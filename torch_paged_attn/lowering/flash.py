@@ -1,0 +1,437 @@
+"""The FlashAttention backend: paged_attention (and MLA decode on FlashAttention-4) through the
+FlashAttention package that is installed, imported inside functions.
+
+Adapters, tried in this order (the first installed one that supports the call runs it):
+
+    fa4  flash_attn.cute.flash_attn_varlen_func(q, k, v, cu_seqlens_q, seqused_k, page_table,
+         softmax_scale, causal, window_size, learnable_sink, softcap, return_lse, qv)
+         (flash-attn-4 4.0.0b36; SM90 and SM100/110; paged KV is not supported on SM80/SM120)
+    fa3  flash_attn_interface.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens,
+         page_table, cu_seqlens_q, max_seqlen_q, softmax_scale, causal, window_size, softcap,
+         return_softmax_lse)                                         (FlashAttention-3, SM90)
+    fa2  flash_attn.flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+         max_seqlen_k, softmax_scale, causal, window_size, softcap, alibi_slopes,
+         return_attn_probs, block_table)       (flash-attn 2, SM80/SM90, block size % 256 == 0)
+
+Each adapter says what it cannot do (``Adapter.unsupported``); the dispatcher then runs Triton
+(``lowering.select``, one debug log line per reason). Conventions translated here: the contract's
+LSE is ``[T, Hq]`` natural log, FlashAttention's is ``[Hq, T]`` (``[T, H]`` with ``qv``), natural
+log, with ``+inf`` (FA2) for empty rows -> ``-inf``; rows past ``query_start_loc[-1]`` are not
+written by FlashAttention -> 0 and ``-inf`` here; causal is bottom-right aligned in both; a causal
+call's right window is the diagonal in both; ``-1`` (unbounded) is ``None`` for FA4; sinks are
+raw logits in both. Block ids outside ``[0, NB)`` are replaced by 0 before the call (so a bad
+table cannot fault; ``TORCH_PAGED_ATTN_DEBUG=1`` rejects it instead).
+
+Graphs: the call goes through the private opaque op ``paged_attn::_flash_attention`` (a
+``torch.library.custom_op`` with a fake), so Inductor, which traces the public triton_op's body,
+sees one extern call and never traces into the CuTe-DSL kernel; Dynamo and export keep the one
+public node. FA4 compiles a kernel on its first call: run one call before CUDA-graph capture.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+# -- "auto": when FlashAttention runs ---------------------------------------------------------
+# "auto" runs FlashAttention for a prefill-like call it supports and Triton otherwise. H200, bf16,
+# block 16, Hq 32 / Hkv 8, D 128, 2026-11-22 (benchmarks/paged_attention.py):
+#   decode, % of copy bandwidth, Triton vs FA4: B64x4096 102.5 vs 91.6; B1x32768 69 vs 7.5;
+#   B8x8192 Hq64 89 vs 54.5; B256x1024 97 vs 71; MHA B32x2048 102 vs 89 -> Triton on every one.
+#   prefill, TFLOP/s, FA4 vs Triton: 4 x 2048 causal 485 vs 247; chunked 4 x 512 on 4 x 4096
+#   593 vs 291 -> FlashAttention about 2x.
+# Prefill-like = at least this many query tokens per sequence: ``max_query_len`` when the call
+# gives it (a static int), else ``num_tokens // num_seqs`` (shapes). Measured: 1 (Triton) and
+# 512 (FA4); unmeasured in between. 128 is one FA4 query tile (tile_m 128): below it FA4's tile
+# is partly empty while Triton's decode/short-query configurations are not.
+AUTO_FLASH_MIN_QUERY_TOKENS = 128
+
+_HALF = (torch.bfloat16, torch.float16)
+# FA4 loads pages by TMA when page_size == tile_n (its tiles: 64..192 keys). TMA reads whole
+# pages, and rows past seq_len in a sequence's last page must then be finite (FA4's docstring);
+# the contract lets uncovered slots hold NaN, so those block sizes run Triton instead.
+_FA4_TMA_TILES = (64, 80, 96, 112, 128, 144, 160, 176, 192)
+# FA3 loads pages by TMA when page_size is a multiple of its tile (>= 64 keys); below 64 never.
+_FA3_MAX_BLOCK_SIZE = 63
+# flash-attn 2's paged kernels require page_block_size % 256 == 0 (csrc/flash_attn/flash_api.cpp).
+_FA2_BLOCK_MULTIPLE = 256
+
+
+def _common(f: dict, cap: tuple[int, int] | None, majors: tuple[int, ...]) -> str | None:
+    """Checks every adapter shares: a CUDA device of a supported architecture, 16-bit data."""
+    if cap is None:
+        return "no CUDA device"
+    if cap[0] not in majors:
+        return f"compute capability {cap[0]}.{cap[1]} (needs {' or '.join(f'{m}.x' for m in majors)})"
+    if f.get("dtype") not in _HALF:
+        return f"query dtype {f.get('dtype')} (bf16/fp16 only)"
+    if f.get("cache_dtype") != f.get("dtype"):
+        return f"cache dtype {f.get('cache_dtype')}: fp8 KV needs fp8 queries in FlashAttention"
+    return None
+
+
+def _paged_common(f: dict) -> str | None:
+    if f.get("attention_chunk_size", 0) > 0:
+        return "attention_chunk_size (local chunked attention)"
+    if not f.get("cache_nhd", True):
+        return "caches whose blocks are not [BS, Hkv, D] row-major (an HND view)"
+    return None
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """One FlashAttention generation: where it lives and what it cannot do."""
+
+    name: str
+    module: str  # imported to test for presence
+    attribute: str  # the function the adapter calls
+
+    def unsupported(self, op: str, f: dict, cap: tuple[int, int] | None) -> str | None:
+        raise NotImplementedError
+
+
+class _FA4(Adapter):
+    def unsupported(self, op, f, cap):
+        if op == "mla_decode":
+            reason = _common(f, cap, (10, 11))
+            if reason:
+                return reason
+            if (f.get("latent"), f.get("rope")) != (512, 64):
+                return f"MLA latent/rope {f.get('latent')}/{f.get('rope')} (FA4 takes 512/64)"
+            bs = f.get("block_size", 0)
+            if bs % 64 == 0 or bs in _FA4_TMA_TILES:
+                return f"block_size {bs}: FA4 MLA loads such pages by TMA (needs finite unused slots)"
+            return None
+        reason = _common(f, cap, (9, 10, 11)) or _paged_common(f)
+        if reason:
+            return reason
+        if f.get("alibi"):
+            return "ALiBi"
+        d, dv = f.get("head_size"), f.get("head_size_v")
+        if cap[0] == 9:
+            if not (8 <= d <= 256 and 8 <= dv <= 256 and d % 8 == 0 and dv % 8 == 0):
+                return f"head sizes {d}/{dv} on SM90"
+        elif not ((d <= 128 and dv <= 128) or (d, dv) in ((192, 128), (256, 256))):
+            return f"head sizes {d}/{dv} on SM100 (<= 128, 192/128 or 256/256)"
+        if f.get("block_size") in _FA4_TMA_TILES:
+            return f"block_size {f.get('block_size')}: FA4 loads such pages by TMA (needs finite unused slots)"
+        return None
+
+
+class _FA3(Adapter):
+    def unsupported(self, op, f, cap):
+        if op != "paged_attention":
+            return f"{op} is not wired to FlashAttention-3"
+        reason = _common(f, cap, (9,)) or _paged_common(f)
+        if reason:
+            return reason
+        if f.get("alibi"):
+            return "ALiBi"
+        if f.get("sinks"):
+            return "sinks"
+        d, dv = f.get("head_size"), f.get("head_size_v")
+        if d != dv or not (8 <= d <= 256 and d % 8 == 0):
+            return f"head sizes {d}/{dv}"
+        if f.get("block_size", 0) > _FA3_MAX_BLOCK_SIZE:
+            return f"block_size {f.get('block_size')} > {_FA3_MAX_BLOCK_SIZE}: FA3 may load pages by TMA"
+        return None
+
+
+class _FA2(Adapter):
+    def unsupported(self, op, f, cap):
+        if op != "paged_attention":
+            return f"{op} is not wired to flash-attn 2"
+        reason = _common(f, cap, (8, 9)) or _paged_common(f)
+        if reason:
+            return reason
+        if f.get("sinks"):
+            return "sinks"
+        if f.get("alibi") and (not f.get("causal") or f.get("softcap", 0.0) > 0):
+            return "ALiBi without causal or with softcap (FA2's bias is -slope * |i - j|)"
+        d, dv = f.get("head_size"), f.get("head_size_v")
+        if d != dv or not (8 <= d <= 256 and d % 8 == 0):
+            return f"head sizes {d}/{dv}"
+        if f.get("block_size", 0) % _FA2_BLOCK_MULTIPLE != 0:
+            return f"block_size {f.get('block_size')} (flash-attn 2 pages are multiples of {_FA2_BLOCK_MULTIPLE})"
+        return None
+
+
+ADAPTERS = (
+    _FA4("fa4", "flash_attn.cute", "flash_attn_varlen_func"),
+    _FA3("fa3", "flash_attn_interface", "flash_attn_with_kvcache"),
+    _FA2("fa2", "flash_attn", "flash_attn_varlen_func"),
+)
+_BY_NAME = {a.name: a for a in ADAPTERS}
+
+
+@functools.lru_cache(maxsize=None)
+def _function(name: str) -> Any:
+    """The adapter's FlashAttention function, or the reason it cannot be imported (a str)."""
+    adapter = _BY_NAME[name]
+    try:
+        module = importlib.import_module(adapter.module)
+    except Exception as e:  # ImportError, or a CuTe DSL / CUDA extension that fails to load
+        return f"{adapter.module} not importable ({type(e).__name__}: {str(e)[:100]})"
+    if name == "fa2" and not str(getattr(module, "__version__", "")).startswith("2."):
+        return f"flash_attn {getattr(module, '__version__', '?')} is not flash-attn 2"
+    fn = getattr(module, adapter.attribute, None)
+    return fn if callable(fn) else f"{adapter.module} has no {adapter.attribute}"
+
+
+def installed() -> list[str]:
+    """Names of the adapters whose FlashAttention package imports."""
+    return [a.name for a in ADAPTERS if not isinstance(_function(a.name), str)]
+
+
+def available() -> str | None:
+    """None when some FlashAttention package imports, else why none does."""
+    if installed():
+        return None
+    return "; ".join(_function(a.name) for a in ADAPTERS)
+
+
+def _capability() -> tuple[int, int] | None:
+    return torch.cuda.get_device_capability() if torch.cuda.is_available() else None
+
+
+def pick(op: str, facts: dict, capability: tuple[int, int] | None) -> tuple[str | None, str]:
+    """``(adapter name, "")`` of the first installed adapter that runs the call, else
+    ``(None, reasons)``."""
+    reasons = []
+    for adapter in ADAPTERS:
+        fn = _function(adapter.name)
+        reason = fn if isinstance(fn, str) else adapter.unsupported(op, facts, capability)
+        if reason is None:
+            return adapter.name, ""
+        reasons.append(f"{adapter.name}: {reason}")
+    return None, "; ".join(reasons)
+
+
+def auto_declines(op: str, facts: dict) -> str | None:
+    """The "auto" rule: why Triton runs a call FlashAttention may support (None: try flash)."""
+    if op != "paged_attention":
+        return f"auto: {op} runs Triton (FlashAttention only for prefill-like paged_attention)"
+    tokens = facts.get("query_tokens_per_seq", 0)
+    if tokens < AUTO_FLASH_MIN_QUERY_TOKENS:
+        return f"auto: {tokens} query tokens per sequence < {AUTO_FLASH_MIN_QUERY_TOKENS} (decode-like: Triton)"
+    return None
+
+
+def supports(op: str, facts: dict) -> str | None:
+    """None when a FlashAttention adapter runs this call (under the facts' backend setting)."""
+    if op not in ("paged_attention", "mla_decode"):
+        return f"no FlashAttention path for {op}"
+    if facts.get("batch_invariant"):
+        return "batch-invariant mode (FlashAttention's splits follow the batch)"
+    if facts.get("backend") == "auto":
+        reason = auto_declines(op, facts)
+        if reason is not None:
+            return reason
+    name, reasons = pick(op, facts, _capability())
+    return None if name is not None else reasons
+
+
+# ---------------------------------------------------------------------------------------------
+# the private opaque op
+# ---------------------------------------------------------------------------------------------
+
+
+def _call(adapter: str, q, k, v, block_table, seq_lens, query_start_loc, qv, *, scale, causal,
+          window_left, window_right, softcap, alibi_slopes, sinks, max_query_len, return_lse):
+    """One FlashAttention call: ``(out [T, H, Dv], lse in FA's layout or None, lse_is_head_major)``."""
+    fn = _function(adapter)
+    num_tokens = q.shape[0] if q is not None else qv.shape[0]
+    max_q = max_query_len if max_query_len > 0 else num_tokens  # a bound, never a tensor value
+    if adapter == "fa4":
+        window = (window_left if window_left >= 0 else None,
+                  window_right if window_right >= 0 and not causal else None)
+        res = fn(q, k, v, qv=qv, cu_seqlens_q=query_start_loc, max_seqlen_q=max_q, seqused_k=seq_lens,
+                 page_table=block_table, softmax_scale=scale, causal=causal, window_size=window,
+                 learnable_sink=sinks, softcap=softcap, return_lse=return_lse)
+        out, lse = res if isinstance(res, tuple) else (res, None)
+        return out, lse, qv is None
+    window = (window_left, -1 if causal else window_right)
+    if adapter == "fa3":
+        res = fn(q, k, v, cache_seqlens=seq_lens, page_table=block_table, cu_seqlens_q=query_start_loc,
+                 max_seqlen_q=max_q, softmax_scale=scale, causal=causal, window_size=window,
+                 softcap=softcap, return_softmax_lse=return_lse)
+        out, lse = (res[0], res[1]) if return_lse else (res, None)
+        return out, lse, True
+    cu_seqlens_k = torch.nn.functional.pad(seq_lens.cumsum(0, dtype=torch.int32), (1, 0))
+    out, lse, _ = fn(q, k, v, cu_seqlens_q=query_start_loc, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_q,
+                     max_seqlen_k=block_table.shape[1] * k.shape[1], dropout_p=0.0, softmax_scale=scale,
+                     causal=causal, window_size=window, softcap=softcap, alibi_slopes=alibi_slopes,
+                     return_attn_probs=True, block_table=block_table)
+    return out, lse, True
+
+
+@torch.library.custom_op("paged_attn::_flash_attention", mutates_args=())
+def _flash_attention(
+    adapter: str,
+    query: Tensor,
+    key_cache: Tensor,
+    value_cache: Tensor,
+    block_table: Tensor,
+    seq_lens: Tensor,
+    query_start_loc: Tensor,
+    qv: Tensor | None,
+    scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    alibi_slopes: Tensor | None,
+    sinks: Tensor | None,
+    max_query_len: int,
+    return_lse: bool,
+) -> tuple[Tensor, Tensor]:
+    """FlashAttention over a paged cache with the contract's results: ``out [T, H, Dv]`` (rows
+    past ``query_start_loc[-1]`` zero) and ``lse [T, H]`` float32 natural log (``[0]`` unless
+    ``return_lse``). With ``qv`` (MLA), ``query`` is the rope part and ``qv`` the latent part."""
+    num_tokens, num_heads = query.shape[:2]
+    num_blocks = key_cache.shape[0]
+    # a bad id in a table's used part would fault inside FlashAttention: read block 0 instead
+    table = torch.where((block_table >= 0) & (block_table < num_blocks), block_table, 0)
+    out, lse, head_major = _call(
+        adapter, query.contiguous(), key_cache, value_cache, table, seq_lens.contiguous(),
+        query_start_loc.contiguous(), qv.contiguous() if qv is not None else None, scale=scale, causal=causal,
+        window_left=window_left, window_right=window_right, softcap=softcap, alibi_slopes=alibi_slopes,
+        sinks=sinks, max_query_len=max_query_len, return_lse=return_lse,
+    )
+    valid = torch.arange(num_tokens, device=query.device) < query_start_loc[-1]  # padding rows: False
+    out = torch.where(valid[:, None, None], out[:num_tokens], 0.0).to(query.dtype)
+    if not return_lse:
+        return out, query.new_empty((0,), dtype=torch.float32)
+    lse = lse.float()
+    lse = lse.t() if head_major else lse
+    lse = torch.where(lse == float("inf"), float("-inf"), lse)  # FA2 marks empty rows +inf
+    return out, torch.where(valid[:, None], lse[:num_tokens], float("-inf")).contiguous()
+
+
+@_flash_attention.register_fake
+def _(adapter, query, key_cache, value_cache, block_table, seq_lens, query_start_loc, qv, scale, causal,
+      window_left, window_right, softcap, alibi_slopes, sinks, max_query_len, return_lse):
+    num_tokens, num_heads = query.shape[:2]
+    out = query.new_empty((num_tokens, num_heads, value_cache.shape[-1]))
+    lse_shape = (num_tokens, num_heads) if return_lse else (0,)
+    return out, query.new_empty(lse_shape, dtype=torch.float32)
+
+
+def _run_op(*args, **kwargs) -> tuple[Tensor, Tensor]:
+    """The private op: through the dispatcher when something may trace, else its body directly
+    (the dispatcher's custom-op wrapper costs tens of microseconds of host time)."""
+    from ..ops._library import plain_eager
+
+    if plain_eager(args[1]):
+        return _flash_attention._init_fn(*args, **kwargs)
+    return torch.ops.paged_attn._flash_attention(*args, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# out-form functions (the signatures of torch_paged_attn.lowering)
+# ---------------------------------------------------------------------------------------------
+
+
+def paged_facts(query: Tensor, key_cache: Tensor, value_cache: Tensor, options: dict, with_lse: bool) -> dict:
+    """The facts an adapter decides on, from a call's tensors and options (shapes only)."""
+    _, block_size, num_kv_heads, head_size = key_cache.shape
+    return {
+        "dtype": query.dtype,
+        "cache_dtype": key_cache.dtype,
+        "head_size": head_size,
+        "head_size_v": value_cache.shape[3],
+        "block_size": block_size,
+        "num_heads": query.shape[1],
+        "num_kv_heads": num_kv_heads,
+        "cache_nhd": cache_is_nhd(key_cache) and cache_is_nhd(value_cache),
+        **{k: v for k, v in options.items() if not isinstance(v, Tensor)},
+        "alibi": options.get("alibi_slopes") is not None,
+        "sinks": options.get("sinks") is not None,
+        "lse": with_lse,
+    }
+
+
+def cache_is_nhd(cache: Tensor) -> bool:
+    """Whether each block of a ``[NB, BS, H, D]`` cache is row-major ``[BS, H, D]`` (any block stride)."""
+    _, _, heads, size = cache.shape
+    return cache.stride(3) == 1 and (heads == 1 or cache.stride(2) == size) and cache.stride(1) == heads * size
+
+
+def _adapter(op: str, facts: dict, device: torch.device) -> str:
+    if device.type == "cuda":
+        capability = torch.cuda.get_device_capability(device.index if device.index is not None else None)
+    else:  # the tests' fake FlashAttention on CPU tensors
+        capability = _capability()
+    name, reasons = pick(op, facts, capability)
+    if name is None:  # select() asked supports() first; reaching here is a bug
+        raise RuntimeError(f"torch_paged_attn: FlashAttention cannot run {op}: {reasons}")
+    return name
+
+
+def paged_attention(
+    query: Tensor, key_cache: Tensor, value_cache: Tensor,
+    block_table: Tensor, seq_lens: Tensor, query_start_loc: Tensor,
+    out: Tensor, lse: Tensor | None,
+    *,
+    scale: float, causal: bool, window_left: int, window_right: int, softcap: float,
+    alibi_slopes: Tensor | None, sinks: Tensor | None, k_scale: Tensor | None, v_scale: Tensor | None,
+    attention_chunk_size: int, max_query_len: int = -1,
+) -> None:
+    """Paged attention on FlashAttention into ``out`` / ``lse``; semantics of the contract."""
+    num_tokens, num_heads, _ = query.shape
+    options = dict(scale=scale, causal=causal, window_left=window_left, window_right=window_right,
+                   softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
+                   attention_chunk_size=attention_chunk_size, max_query_len=max_query_len)
+    if num_tokens == 0:
+        return
+    if block_table.shape[0] == 0:  # no sequence: every row is padding
+        out.zero_()
+        if lse is not None:
+            lse.fill_(float("-inf"))
+        return
+    adapter = _adapter("paged_attention", paged_facts(query, key_cache, value_cache, options, lse is not None),
+                       query.device)
+    o, s = _run_op(
+        adapter, query, key_cache, value_cache, block_table, seq_lens, query_start_loc, None,
+        float(scale), bool(causal), int(window_left), int(window_right), float(softcap), alibi_slopes, sinks,
+        int(max_query_len), lse is not None,
+    )
+    out.copy_(o)
+    if lse is not None:
+        lse.copy_(s)
+
+
+def mla_decode(
+    q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor,
+    block_table: Tensor, seq_lens: Tensor, query_start_loc: Tensor,
+    out: Tensor, lse: Tensor | None,
+    *,
+    scale: float, causal: bool, kv_scale: Tensor | None,
+) -> None:
+    """MLA decode on FA4's absorbed path: ``O = softmax(scale * (q_rope k_pe^T + q_latent c^T)) c``
+    with ``k_pe`` / ``c`` the rope / latent columns of the cache rows (strided views, no copy)."""
+    num_tokens, num_heads, latent = q_latent.shape
+    if num_tokens == 0:
+        return
+    if block_table.shape[0] == 0:
+        out.zero_()
+        if lse is not None:
+            lse.fill_(float("-inf"))
+        return
+    facts = {"dtype": q_latent.dtype, "cache_dtype": kv_cache.dtype, "latent": latent,
+             "rope": q_rope.shape[2], "block_size": kv_cache.shape[1], "num_heads": num_heads, "causal": causal}
+    adapter = _adapter("mla_decode", facts, q_latent.device)
+    k_pe = kv_cache[..., latent:].unsqueeze(2)  # [NB, BS, 1, R]
+    c = kv_cache[..., :latent].unsqueeze(2)  # [NB, BS, 1, L]
+    o, s = _run_op(
+        adapter, q_rope, k_pe, c, block_table, seq_lens, query_start_loc, q_latent,
+        float(scale), bool(causal), -1, -1, 0.0, None, None, -1, lse is not None,
+    )
+    out.copy_(o)
+    if lse is not None:
+        lse.copy_(s)
