@@ -373,6 +373,30 @@ def test_fa4_argument_mapping_against_the_loop(case, monkeypatch):
     assert torch.equal(out2, out)
 
 
+def test_fa4_bad_block_ids_read_no_other_block(monkeypatch):
+    """A sequence with a block id outside [0, NB) in its used part attends to no key: 0 and -inf,
+    the other sequences as the float64 loop has them."""
+    _fake_fa4_installed(monkeypatch)
+    batch = make_paged_batch([1, 4, 3], [9, 20, 17], num_heads=4, num_kv_heads=2, head_size=32, block_size=8,
+                             dtype=BF16, seed=6)
+    nb = batch.key_cache.shape[0]
+    batch.block_table[1, 2] = nb
+    batch.block_table[2, 0] = -1
+    options = dict(scale=0.2, causal=True, window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=None,
+                   sinks=None, k_scale=None, v_scale=None, attention_chunk_size=0)
+    out = torch.full((8, 4, 32), float("nan"), dtype=BF16)
+    lse = torch.full((8, 4), float("nan"))
+    flash.paged_attention(*batch.args(), out, lse, **options)
+    assert torch.equal(out[1:], torch.zeros_like(out[1:])) and bool((lse[1:] == float("-inf")).all())
+    good = make_paged_batch([1], [9], num_heads=4, num_kv_heads=2, head_size=32, block_size=8, dtype=BF16, seed=6)
+    truth_out, truth_lse = loop.paged_attention(batch.query[:1], batch.key_cache, batch.value_cache,
+                                                batch.block_table[:1], batch.seq_lens[:1],
+                                                good.query_start_loc, **{k: v for k, v in options.items()
+                                                                         if k not in ("k_scale", "v_scale")})
+    assert_close(out[:1], truth_out, dtype=BF16, name="out")
+    assert_close(lse[:1], truth_lse, dtype=BF16, name="lse")
+
+
 def test_fa4_window_translation(monkeypatch):
     """-1 is unbounded (None); a causal call passes no right window (FA4 sets it to 0)."""
     _fake_fa4_installed(monkeypatch)
@@ -489,6 +513,30 @@ def test_flash_parity_cuda(case, monkeypatch):
 @pytest.mark.parametrize("case", _gpu_cases(False), ids=lambda c: c.id)
 def test_flash_fallback_cuda(case, monkeypatch):
     _check_public(case, monkeypatch, expect_flash=False)
+
+
+@gpu_fa4
+def test_flash_bad_block_ids_read_no_other_block_cuda(monkeypatch):
+    """A sequence with a block id outside [0, NB) attends to no key (0, -inf) on FlashAttention;
+    the others equal the reference."""
+    case = Case((1, 40, 1, 3), (900, 300, 17, 500), num_heads=8, num_kv_heads=2, head_size=128)
+    batch, options = make_inputs(case, "cuda", seed=5)
+    nb = batch.key_cache.shape[0]
+    batch.block_table[1, 3] = nb + 7
+    batch.block_table[3, 0] = -5
+    calls = _spy(monkeypatch)
+    with pa.backend("flash"):
+        out, lse = _public(batch, options)
+    assert calls
+    qsl = batch.query_start_loc.tolist()
+    for seq in (1, 3):
+        rows = slice(qsl[seq], qsl[seq + 1])
+        assert torch.equal(out[rows], torch.zeros_like(out[rows])) and bool((lse[rows] == float("-inf")).all())
+    for seq in (0, 2):
+        rows = slice(qsl[seq], qsl[seq + 1])
+        ref_out, ref_lse = reference.attention(*batch.args(), **options)
+        torch.testing.assert_close(out[rows].float(), ref_out[rows].float(), atol=2e-2, rtol=2e-2)
+        torch.testing.assert_close(lse[rows], ref_lse[rows], atol=2e-2, rtol=2e-2)
 
 
 @gpu_fa4

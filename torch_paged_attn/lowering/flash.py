@@ -19,8 +19,10 @@ LSE is ``[T, Hq]`` natural log, FlashAttention's is ``[Hq, T]`` (``[T, H]`` with
 log, with ``+inf`` (FA2) for empty rows -> ``-inf``; rows past ``query_start_loc[-1]`` are not
 written by FlashAttention -> 0 and ``-inf`` here; causal is bottom-right aligned in both; a causal
 call's right window is the diagonal in both; ``-1`` (unbounded) is ``None`` for FA4; sinks are
-raw logits in both. Block ids outside ``[0, NB)`` are replaced by 0 before the call (so a bad
-table cannot fault; ``TORCH_PAGED_ATTN_DEBUG=1`` rejects it instead).
+raw logits in both. A sequence whose table holds an id outside ``[0, NB)`` in its used part
+attends to no key on this backend (0 and -inf, or its sink alone: no other block's keys are ever
+read in its place; the Triton kernels mask just the bad blocks); ``TORCH_PAGED_ATTN_DEBUG=1``
+rejects such tables.
 
 Graphs: the call goes through the private opaque op ``paged_attn::_flash_attention`` (a
 ``torch.library.custom_op`` with a fake), so Inductor, which traces the public triton_op's body,
@@ -295,8 +297,13 @@ def _flash_attention(
     ``return_lse``). With ``qv`` (MLA), ``query`` is the rope part and ``qv`` the latent part."""
     num_tokens, num_heads = query.shape[:2]
     num_blocks = key_cache.shape[0]
-    # a bad id in a table's used part would fault inside FlashAttention: read block 0 instead
-    table = torch.where((block_table >= 0) & (block_table < num_blocks), block_table, 0)
+    # A bad id in a table's used part would fault inside FlashAttention, and any real block read
+    # in its place could show a sequence another's keys: a sequence with one attends to no key
+    # here (0 and -inf, or its sink alone); its ids become 0 only to keep addresses in range.
+    ok = (block_table >= 0) & (block_table < num_blocks)
+    used = torch.arange(block_table.shape[1], device=block_table.device) * key_cache.shape[1] < seq_lens[:, None]
+    seq_lens = torch.where((used & ~ok).any(dim=1), 0, seq_lens).to(torch.int32)
+    table = torch.where(ok, block_table, 0)
     out, lse, head_major = _call(
         adapter, query.contiguous(), key_cache, value_cache, table, seq_lens.contiguous(),
         query_start_loc.contiguous(), qv.contiguous() if qv is not None else None, scale=scale, causal=causal,
