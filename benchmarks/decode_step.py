@@ -11,6 +11,8 @@ attention over ``context`` keys). Contenders:
     eager          the module called directly
     compile        torch.compile(fullgraph=True)
     compile+graphs torch.compile(mode="reduce-overhead", fullgraph=True): one CUDA graph per step
+    graph replay   the compiled step captured in a plain torch.cuda.CUDAGraph, replayed back to
+                   back and timed by CUDA events: kernels plus the gaps between them, no host work
     kernel sum     the sum of the step's device activity (kernels, memcpy, memset) in
                    torch.profiler, per compiled step: the floor host overhead cannot go below
 
@@ -63,8 +65,34 @@ def wall_samples(fn: Callable[[], Any], device: torch.device, samples: int) -> H
     return H._timing(times, "wall+sync", 1, 1)
 
 
-def kernel_sum_us(fn: Callable[[], Any], device: torch.device, steps: int) -> float:
-    """Device time of all activities (kernels, copies, memsets) per call of ``fn``, by torch.profiler."""
+def graph_replay_us(fn: Callable[[], Any], device: torch.device, replays: int) -> float:
+    """Device time of one replay of ``fn`` captured in a plain ``torch.cuda.CUDAGraph``, replays
+    back to back (CUDA events around all of them): the step's kernels and the gaps between them,
+    without any host-side work."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(WARM_UP):
+            fn()
+    torch.cuda.current_stream(device).wait_stream(side)
+    torch.cuda.synchronize(device)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    graph.replay()
+    torch.cuda.synchronize(device)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / replays
+
+
+def kernel_sum_us(fn: Callable[[], Any], device: torch.device, steps: int) -> tuple[float, float]:
+    """Device time of all activities (kernels, copies, memsets) per call of ``fn``, by
+    torch.profiler, and the number of those activities per call."""
     from torch.profiler import ProfilerActivity, profile
 
     for _ in range(WARM_UP):
@@ -75,7 +103,7 @@ def kernel_sum_us(fn: Callable[[], Any], device: torch.device, steps: int) -> fl
             fn()
         torch.cuda.synchronize(device)
     device_events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    return sum(e.time_range.elapsed_us() for e in device_events) / steps
+    return sum(e.time_range.elapsed_us() for e in device_events) / steps, len(device_events) / steps
 
 
 def setup(L, layers: int, batch: int, context: int, device: torch.device, quick: bool):
@@ -119,8 +147,21 @@ def run_shape(L, layers, batch, context, device, modes, quick) -> list[H.Row]:
                 torch._dynamo.reset()
                 step = torch.compile(model, fullgraph=True)
                 with torch.no_grad():
-                    us = kernel_sum_us(lambda: step(*inputs, max_query_len=1), device, 10 if quick else 50)
+                    us, count = kernel_sum_us(lambda: step(*inputs, max_query_len=1), device, 10 if quick else 50)
                 row.fill(H._timing([us], "torch.profiler", 1, 1), None)
+                row.extra["activities_per_step"] = count
+                timings[mode] = us
+            rows.append(row)
+            continue
+        if mode == "graph replay":
+            if device.type != "cuda":
+                row.status, row.reason = "n/a", "needs CUDA"
+            else:
+                torch._dynamo.reset()
+                step = torch.compile(model, fullgraph=True)
+                with torch.no_grad():
+                    us = graph_replay_us(lambda: step(*inputs, max_query_len=1), device, 20 if quick else 200)
+                row.fill(H._timing([us], "cuda-graph events", 1, 1), None)
                 timings[mode] = us
             rows.append(row)
             continue
@@ -144,13 +185,15 @@ def run_shape(L, layers, batch, context, device, modes, quick) -> list[H.Row]:
     for row in rows:
         if row.status == "ok" and "eager" in timings and row.provider != "eager":
             row.extra["speedup_vs_eager"] = timings["eager"] / row.p50_us
-        if row.provider == "compile+graphs" and row.status == "ok" and "kernel sum" in timings:
+        if row.provider in ("compile+graphs", "graph replay") and row.status == "ok" and "kernel sum" in timings:
             row.extra["vs_kernel_sum"] = row.p50_us / timings["kernel sum"]
         notes = []
         if "speedup_vs_eager" in row.extra:
             notes.append(f"{row.extra['speedup_vs_eager']:.2f}x eager")
         if "vs_kernel_sum" in row.extra:
             notes.append(f"{row.extra['vs_kernel_sum']:.2f}x kernel sum")
+        if "activities_per_step" in row.extra:
+            notes.append(f"{row.extra['activities_per_step']:.0f} device activities a step")
         if "tokens_per_s" in row.extra:
             notes.append(f"{row.extra['tokens_per_s']:.0f} tok/s")
         row.extra["note"] = ", ".join(notes)
@@ -163,8 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", type=int, nargs="+", default=None, help="default: 2 16 (quick: 2)")
     ap.add_argument("--batch", type=int, nargs="+", default=None, help="default: 1 8 64 (quick: 1 8)")
     ap.add_argument("--context", type=int, default=None, help="keys per sequence (default 1024, quick: 64)")
-    ap.add_argument("--modes", nargs="+", default=["eager", "compile", "compile+graphs", "kernel sum"],
-                    choices=["eager", "compile", "compile+graphs", "kernel sum"])
+    ap.add_argument("--modes", nargs="+", default=["eager", "compile", "compile+graphs", "graph replay", "kernel sum"],
+                    choices=["eager", "compile", "compile+graphs", "graph replay", "kernel sum"])
     ap.add_argument("--quick", action="store_true", help="a small model, few samples: a smoke run")
     ap.add_argument("--out", default=RESULTS, help="directory of the JSON results")
     args = ap.parse_args(argv)
