@@ -130,8 +130,18 @@ def _name(module) -> str:
     return module.__name__.removeprefix("torch_paged_attn.lowering.")
 
 
-def test_flash_without_flashattention_is_an_error():
-    assert flash.installed() == []  # CI has no FlashAttention
+def _no_flashattention(monkeypatch):
+    """Every FlashAttention package unimportable (a ``None`` in sys.modules makes import fail),
+    also on a machine that has one."""
+    for name in ("flash_attn", "flash_attn.cute", "flash_attn_interface"):
+        monkeypatch.setitem(sys.modules, name, None)
+    flash._function.cache_clear()
+    lowering._CHOICES.clear()
+
+
+def test_flash_without_flashattention_is_an_error(monkeypatch):
+    _no_flashattention(monkeypatch)
+    assert flash.installed() == []
     with pa.backend("flash"):
         with pytest.raises(RuntimeError, match="backend 'flash'.*flash_attn.cute"):
             lowering.select("paged_attention", _facts())
@@ -141,7 +151,8 @@ def test_flash_without_flashattention_is_an_error():
         assert _name(lowering.select("merge_attn_states", dict(device="cuda"))) != "flash"
 
 
-def test_auto_without_flashattention_runs_triton():
+def test_auto_without_flashattention_runs_triton(monkeypatch):
+    _no_flashattention(monkeypatch)
     assert _name(lowering.select("paged_attention", _facts())) == "triton.paged_attention"
 
 
