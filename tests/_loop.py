@@ -349,3 +349,29 @@ def merge_attn_states(
         torch.tensor(out, dtype=torch.float64).reshape(num_tokens, num_heads, head_size),
         torch.tensor(lse, dtype=torch.float64).reshape(num_tokens, num_heads),
     )
+
+
+def merge_attn_states_n(outs: Tensor, lses: Tensor) -> tuple[Tensor, Tensor]:
+    """Per (token, head): ``lse = log(sum_i exp(lses[i]))`` over the finite parts and the
+    outputs weighted by ``exp(lses[i] - lse)``; an infinite LSE marks an empty part whose output
+    is never read. ``outs [N, T, H, D]``, ``lses [N, T, H]``; float64 ``(out [T, H, D], lse [T, H])``."""
+    num_parts, num_tokens, num_heads, head_size = outs.shape
+    o, l = outs.double().tolist(), lses.double().tolist()
+    out = [[[0.0] * head_size for _ in range(num_heads)] for _ in range(num_tokens)]
+    lse = [[NEG_INF] * num_heads for _ in range(num_tokens)]
+    for t in range(num_tokens):
+        for h in range(num_heads):
+            parts = [(l[i][t][h], o[i][t][h]) for i in range(num_parts) if not math.isinf(l[i][t][h])]
+            if not parts:
+                continue
+            m = max(x for x, _ in parts)
+            total = m + math.log(sum(math.exp(x - m) for x, _ in parts))
+            acc = [0.0] * head_size
+            for x, row in parts:
+                w = math.exp(x - total)
+                acc = [a + w * v for a, v in zip(acc, row)]
+            out[t][h], lse[t][h] = acc, total
+    return (
+        torch.tensor(out, dtype=torch.float64).reshape(num_tokens, num_heads, head_size),
+        torch.tensor(lse, dtype=torch.float64).reshape(num_tokens, num_heads),
+    )

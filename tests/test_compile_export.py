@@ -76,6 +76,14 @@ class Merge(nn.Module):
         return pa.merge_attn_states(prefix_out, prefix_lse, suffix_out, suffix_lse)
 
 
+class MergeN(nn.Module):
+    """N-way merge (one part per context-parallel rank), functional and into given buffers."""
+
+    def forward(self, outs, lses, out):
+        pa.merge_attn_states_n_out(outs, lses, out)
+        return pa.merge_attn_states_n(outs, lses)
+
+
 class CascadeOut(nn.Module):
     """Cascade attention through the ``_out`` forms: a shared prefix (non-causal) and each
     sequence's own suffix (causal) into preallocated buffers, merged into ``out``/``lse``."""
@@ -169,6 +177,15 @@ def _merge_inputs(seed: int) -> tuple:
     return (torch.randn(5, 3, 32, generator=g), prefix_lse, torch.randn(5, 3, 32, generator=g), suffix_lse)
 
 
+def _merge_n_inputs(seed: int) -> tuple:
+    """Three parts; an entry empty as -inf, one as +inf, a row empty in every part."""
+    g = torch.Generator().manual_seed(seed)
+    lses = torch.randn(3, 5, 2, generator=g) * 3
+    lses[0, 0, 0], lses[2, 1, 1] = float("-inf"), float("inf")
+    lses[:, 3] = float("-inf")
+    return (torch.randn(3, 5, 2, 32, generator=g), lses, torch.full((5, 2, 32), NAN))
+
+
 def _cascade_inputs(seed: int) -> tuple:
     """Three sequences (2, 1 and 3 new tokens) sharing a 32-token prefix held in one block table
     row, each with its own suffix (5, 1 and 19 keys)."""
@@ -207,6 +224,7 @@ STEPS = [
     Step("mla_fp8", MLAStep, _mla_inputs, ["concat_and_cache_mla", "mla_decode"], caches=(4,)),
     Step("gather", GatherContext, _gather_inputs, ["gather_cache"], outs=(4,)),
     Step("merge", Merge, _merge_inputs, ["merge_attn_states"]),
+    Step("merge_n", MergeN, _merge_n_inputs, ["merge_attn_states_n_out", "merge_attn_states_n"], outs=(2,)),
     Step(
         "cascade_out", CascadeOut, _cascade_inputs,
         ["paged_attention_out", "paged_attention_out", "merge_attn_states_out"], outs=(10, 11),
@@ -410,6 +428,15 @@ def forward(self, prefix_out, prefix_lse, suffix_out, suffix_lse):
     merge_attn_states = torch.ops.paged_attn.merge_attn_states.default(prefix_out, prefix_lse, suffix_out, suffix_lse);  prefix_out = prefix_lse = suffix_out = suffix_lse = None
     getitem = merge_attn_states[0]
     getitem_1 = merge_attn_states[1];  merge_attn_states = None
+    return (getitem, getitem_1)""")
+
+    def test_merge_n(self):
+        self.assertExpectedInline(self._code("merge_n"), """\
+def forward(self, outs, lses, out):
+    merge_attn_states_n_out = torch.ops.paged_attn.merge_attn_states_n_out.default(outs, lses, out, None);  out = merge_attn_states_n_out = None
+    merge_attn_states_n = torch.ops.paged_attn.merge_attn_states_n.default(outs, lses);  outs = lses = None
+    getitem = merge_attn_states_n[0]
+    getitem_1 = merge_attn_states_n[1];  merge_attn_states_n = None
     return (getitem, getitem_1)""")
 
     def test_cascade_out(self):

@@ -278,7 +278,35 @@ MERGE_CASES = [
     Case("merge_out_bf16_nolse", "merge_attn_states_out", _merge(BF16, out_form=True, lse=False, seed=33)),
 ]
 
-CASES = PAGED_CASES + MLA_CASES + CACHE_CASES + MERGE_CASES
+
+
+def _merge_n(num_parts, dtype=F32, *, out_form=False, lse=True, seed=0):
+    """N stacked states with empty parts (-inf and +inf) and a row empty in every part."""
+
+    def make():
+        g = torch.Generator().manual_seed(seed)
+        num_tokens, num_heads, head_size = 5, 2, 32
+        lses = torch.randn(num_parts, num_tokens, num_heads, generator=g) * 3
+        lses[0, 0, 0] = float("-inf")
+        lses[-1, 1, 1] = float("inf")
+        lses[:, 2] = float("-inf")
+        args = (torch.randn(num_parts, num_tokens, num_heads, head_size, generator=g).to(dtype), lses)
+        if out_form:
+            out = _nan(num_tokens, num_heads, head_size, dtype=dtype)
+            args += (out, _nan(num_tokens, num_heads) if lse else None)
+        return args, {}
+
+    return make
+
+
+MERGE_N_CASES = [
+    Case("merge_n1_f32", "merge_attn_states_n", _merge_n(1, seed=34)),
+    Case("merge_n3_bf16", "merge_attn_states_n", _merge_n(3, BF16, seed=35)),
+    Case("merge_n_out_n5_f32_lse", "merge_attn_states_n_out", _merge_n(5, out_form=True, seed=36)),
+    Case("merge_n_out_n2_bf16_nolse", "merge_attn_states_n_out", _merge_n(2, BF16, out_form=True, lse=False, seed=37)),
+]
+
+CASES = PAGED_CASES + MLA_CASES + CACHE_CASES + MERGE_CASES + MERGE_N_CASES
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

@@ -846,3 +846,53 @@ def test_merge_attn_states(dtype) -> None:
     out3 = poisoned(tuple(po.shape), dtype)
     pa.merge_attn_states_out(po, pl, so, sl, out3)
     assert_bitwise(out3, out, "out (_out form, no lse)")
+
+
+# ---------------------------------------------------------------------------------------------
+# merge_attn_states_n
+# ---------------------------------------------------------------------------------------------
+
+
+def _merge_n_inputs(num_parts: int, dtype, g):
+    """Random parts; 1 in 6 entries empty (-inf or +inf, output NaN), a row empty in every part."""
+    t, h, d = 7, 3, 32
+    outs = torch.randn(num_parts, t, h, d, generator=g).to(dtype)
+    lses = torch.randn(num_parts, t, h, generator=g) * 3
+    kind = torch.randint(0, 12, (num_parts, t, h), generator=g)
+    lses = torch.where(kind == 0, NEG_INF, lses)
+    lses = torch.where(kind == 1, float("inf"), lses)
+    lses[:, 0, 0] = NEG_INF
+    lses[0, 1, 1] = float("inf")
+    lses[1:, 1, 1] = NEG_INF
+    outs[torch.isinf(lses)] = NAN  # an empty part's output is garbage and must not be read
+    return outs, lses
+
+
+@pytest.mark.parametrize("num_parts", [1, 2, 3, 5])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=_SHORT.get)
+def test_merge_attn_states_n(num_parts, dtype) -> None:
+    """Against the float64 loop; all-empty rows give 0 and -inf; the ``_out`` form writes the
+    same bits, with or without ``lse``."""
+    outs, lses = _merge_n_inputs(num_parts, dtype, torch.Generator().manual_seed(60 + num_parts))
+    truth_out, truth_lse = loop.merge_attn_states_n(outs, lses)
+    out, lse = pa.merge_attn_states_n(outs, lses)
+    assert out.dtype == dtype and lse.dtype == torch.float32
+    assert (out[0, 0] == 0).all() and (out[1, 1] == 0).all() and lse[0, 0] == NEG_INF == lse[1, 1]
+    assert_close(out, truth_out, name="out")
+    assert_close(lse, truth_lse, name="lse")
+    out2 = poisoned(tuple(outs.shape[1:]), dtype)
+    lse2 = poisoned(tuple(lses.shape[1:]), torch.float32)
+    pa.merge_attn_states_n_out(outs, lses, out2, lse2)
+    assert_bitwise(out2, out, "out (_out form)")
+    assert_bitwise(lse2, lse, "lse (_out form)")
+    out3 = poisoned(tuple(outs.shape[1:]), dtype)
+    pa.merge_attn_states_n_out(outs, lses, out3)
+    assert_bitwise(out3, out, "out (_out form, no lse)")
+
+
+def test_merge_attn_states_n_of_two_is_merge_attn_states() -> None:
+    outs, lses = _merge_n_inputs(2, torch.float32, torch.Generator().manual_seed(70))
+    out, lse = pa.merge_attn_states_n(outs, lses)
+    want_out, want_lse = pa.merge_attn_states(outs[0], lses[0], outs[1], lses[1])
+    torch.testing.assert_close(out, want_out, rtol=2e-6, atol=2e-6)
+    torch.testing.assert_close(lse, want_lse)

@@ -1,4 +1,5 @@
-"""The Triton merge_attn_states kernel against the reference backend.
+"""The Triton merge_attn_states and merge_attn_states_n kernels against the reference backend
+(merge_attn_states_n's interpreter tier: against the float64 loop of tests/_loop.py).
 
 The truth is the reference merge evaluated in float64; the tolerance comes from the reference's
 own error in the working precision (``assert_close``). LSEs mix finite values with -inf and +inf
@@ -184,5 +185,131 @@ def test_merge_ops_compiled() -> None:
     truth_out, truth_lse = reference.merge(po.double(), lp.double(), so.double(), ls.double())
     ref_out, ref_lse = reference.merge(po, lp, so, ls)
     for name, got in (("functional out", o), ("_out out", out)):
+        assert_close(got, truth_out, dtype=case.dtype, reference=ref_out, name=name)
+    assert_close(s, truth_lse, dtype=torch.float32, reference=ref_lse, name="lse")
+
+
+# -- merge_attn_states_n -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MergeNCase:
+    num_parts: int
+    num_tokens: int
+    num_heads: int
+    head_size: int
+    dtype: torch.dtype = torch.float32
+    with_lse: bool = True
+    strided: bool = False  # parts sliced from wider buffers, LSEs stored head-major [N, H, T]
+
+    @property
+    def id(self) -> str:
+        s = f"N{self.num_parts}_T{self.num_tokens}_H{self.num_heads}_D{self.head_size}_{_SHORT[self.dtype]}"
+        s += "" if self.with_lse else "_nolse"
+        return s + ("_strided" if self.strided else "")
+
+
+SMALL_N = [
+    MergeNCase(1, 7, 3, 32),
+    MergeNCase(2, 9, 2, 64, torch.bfloat16),
+    MergeNCase(3, 13, 3, 80, torch.float16, strided=True),
+    MergeNCase(5, 6, 4, 32, with_lse=False, strided=True),
+]
+LARGE_N = [
+    MergeNCase(2, 8192, 32, 128, torch.bfloat16),
+    MergeNCase(4, 1000, 16, 512, torch.bfloat16, strided=True),
+    MergeNCase(8, 777, 5, 96, torch.float32, with_lse=False),
+]
+
+
+def merge_n_inputs(case: MergeNCase, device: str, seed: int):
+    """``outs [N, T, H, D]``, ``lses [N, T, H]``: 1 in 8 entries empty (-inf), 1 in 16 empty
+    written as +inf, empty parts' outputs NaN; rows empty in every part, with both markers."""
+    g = torch.Generator().manual_seed(seed)
+    n, t, h, d = case.num_parts, case.num_tokens, case.num_heads, case.head_size
+    lses = torch.randn(n, t, h, generator=g) * 4
+    kind = torch.randint(0, 16, (n, t, h), generator=g)
+    lses = torch.where(kind < 2, -INF, lses)
+    lses = torch.where(kind == 2, INF, lses)
+    lses[:, 0, 0] = -INF
+    lses[:, -1, -1] = INF
+    outs = torch.randn(n, t, h, d, generator=g).to(case.dtype)
+    outs[torch.isinf(lses)] = float("nan")
+    pad = 24 if case.strided else 0
+    outs_dev = torch.full((n, t, h, d + pad), float("nan"), dtype=case.dtype, device=device)[..., pad:]
+    outs_dev.copy_(outs)
+    if case.strided:
+        lses_dev = torch.full((n, h, t), float("nan"), device=device).transpose(1, 2)
+    else:
+        lses_dev = torch.full((n, t, h), float("nan"), device=device)
+    lses_dev.copy_(lses)
+    return outs_dev, lses_dev
+
+
+def check_merge_n(case: MergeNCase, device: str, seed: int, truth=None) -> None:
+    outs, lses = merge_n_inputs(case, device, seed)
+    shape = (case.num_tokens, case.num_heads, case.head_size)
+    out = _out_tensor(shape, case.dtype, case.strided, device)  # NaN until the kernel writes
+    lse = _lse_tensor(case.num_tokens, case.num_heads, case.strided, device) if case.with_lse else None
+    merge.merge_attn_states_n(outs, lses, out, lse)
+    truth_out, truth_lse = truth(outs.cpu(), lses.cpu()) if truth else reference.merge_n(outs.double(), lses.double())
+    ref_out, ref_lse = reference.merge_n(outs, lses)
+    assert_close(out, truth_out, dtype=case.dtype, reference=ref_out, name="out")
+    if lse is not None:
+        assert_close(lse, truth_lse, dtype=torch.float32, reference=ref_lse, name="lse")
+    all_empty = torch.isinf(lses).all(dim=0)
+    assert all_empty.any() and (out[all_empty] == 0).all(), "rows empty in every part must give 0"
+
+
+@interpreter_tier
+@pytest.mark.parametrize("case", SMALL_N, ids=lambda c: c.id)
+def test_merge_n_interpreted(case: MergeNCase) -> None:
+    """Against the float64 loop of tests/_loop.py."""
+    import _loop
+
+    check_merge_n(case, "cpu", seed=zlib.crc32(case.id.encode()), truth=_loop.merge_attn_states_n)
+
+
+@gpu_tier
+@pytest.mark.parametrize("case", SMALL_N + LARGE_N, ids=lambda c: c.id)
+def test_merge_n_cuda(case: MergeNCase) -> None:
+    check_merge_n(case, "cuda", seed=zlib.crc32(case.id.encode()))
+
+
+@gpu_tier
+def test_merge_n_cuda_graph_replay_and_compiled() -> None:
+    """Capture once under sync-debug "error" and replay on new inputs; then the public functional
+    and _out ops under torch.compile(fullgraph=True)."""
+    case = MergeNCase(4, 512, 8, 128, torch.bfloat16)
+    outs, lses = merge_n_inputs(case, "cuda", seed=1)
+    out = torch.empty(outs.shape[1:], dtype=case.dtype, device="cuda")
+    lse = torch.empty(lses.shape[1:], device="cuda")
+    merge.merge_attn_states_n(outs, lses, out, lse)  # compile outside capture
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            merge.merge_attn_states_n(outs, lses, out, lse)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    new_outs, new_lses = merge_n_inputs(case, "cuda", seed=2)
+    outs.copy_(new_outs)
+    lses.copy_(new_lses)
+    out.fill_(float("nan"))
+    graph.replay()
+    truth_out, truth_lse = reference.merge_n(outs.double(), lses.double())
+    ref_out, ref_lse = reference.merge_n(outs, lses)
+    assert_close(out, truth_out, dtype=case.dtype, reference=ref_out, name="replay: out")
+    assert_close(lse, truth_lse, dtype=torch.float32, reference=ref_lse, name="replay: lse")
+
+    def step(outs, lses, out):
+        o, s = torch.ops.paged_attn.merge_attn_states_n(outs, lses)
+        torch.ops.paged_attn.merge_attn_states_n_out(outs, lses, out, None)
+        return o, s
+
+    out2 = torch.full_like(out, float("nan"))
+    o, s = torch.compile(step, fullgraph=True)(outs, lses, out2)
+    for name, got in (("functional out", o), ("_out out", out2)):
         assert_close(got, truth_out, dtype=case.dtype, reference=ref_out, name=name)
     assert_close(s, truth_lse, dtype=torch.float32, reference=ref_lse, name="lse")

@@ -152,6 +152,15 @@ def _merge_out() -> dict:
     return dict(_merge(), out=_poison((T, 2, D)), lse=_poison((T, 2)))
 
 
+def _merge_n() -> dict:
+    g = torch.Generator().manual_seed(17)
+    return dict(outs=torch.randn(3, T, 2, D, generator=g), lses=torch.randn(3, T, 2, generator=g))
+
+
+def _merge_n_out() -> dict:
+    return dict(_merge_n(), out=_poison((T, 2, D)), lse=_poison((T, 2)))
+
+
 # -- helpers ---------------------------------------------------------------------------------------
 
 
@@ -202,7 +211,7 @@ class Bad:
 
 
 V, TE = ValueError, TypeError
-PA, PAO, MLA, RC, CC, GC, MS, MSO = (
+PA, PAO, MLA, RC, CC, GC, MS, MSO, MSN, MSNO = (
     "paged_attention",
     "paged_attention_out",
     "mla_decode",
@@ -211,6 +220,8 @@ PA, PAO, MLA, RC, CC, GC, MS, MSO = (
     "gather_cache",
     "merge_attn_states",
     "merge_attn_states_out",
+    "merge_attn_states_n",
+    "merge_attn_states_n_out",
 )
 
 BAD = [
@@ -627,6 +638,57 @@ BAD = [
         lambda a: {"out": a["out"].to("meta")},
         V, "out", "a tensor on cpu", "meta",
     ),
+    # -- merge_attn_states_n(_out) --
+    Bad(
+        "merge_n_outs_rank3", MSN, _merge_n,
+        lambda a: {"outs": a["outs"][0]},
+        V, "outs", "a 4-D tensor", "shape [4, 2, 32]",
+    ),
+    Bad(
+        "merge_n_zero_parts", MSN, _merge_n,
+        lambda a: {"outs": a["outs"][:0], "lses": a["lses"][:0]},
+        V, "outs", "at least one part", "shape [0, ...]",
+    ),
+    Bad(
+        "merge_n_lses_head_major", MSN, _merge_n,
+        lambda a: {"lses": torch.randn(3, 2, T)},
+        V, "lses", "shape [3, 4, 2]", "shape [3, 2, 4]",
+    ),
+    Bad(
+        "merge_n_lses_2_parts", MSN, _merge_n,
+        lambda a: {"lses": a["lses"][:2]},
+        V, "lses", "shape [3, 4, 2]", "shape [2, 4, 2]",
+    ),
+    Bad(
+        "merge_n_lses_bf16", MSN, _merge_n,
+        lambda a: {"lses": a["lses"].bfloat16()},
+        TE, "lses", "dtype float32", "torch.bfloat16",
+    ),
+    Bad(
+        "merge_n_outs_int32", MSN, _merge_n,
+        lambda a: {"outs": a["outs"].int()},
+        TE, "outs", "dtype bfloat16 or float16 or float32", "torch.int32",
+    ),
+    Bad(
+        "merge_n_lses_list", MSN, _merge_n,
+        lambda a: {"lses": [0.0]},
+        TE, "lses", "a torch.Tensor", "list",
+    ),
+    Bad(
+        "merge_n_out_fp16", MSNO, _merge_n_out,
+        lambda a: {"out": _poison((T, 2, D), F16)},
+        TE, "out", "dtype float32", "torch.float16",
+    ),
+    Bad(
+        "merge_n_out_3_parts_shape", MSNO, _merge_n_out,
+        lambda a: {"out": _poison((3, T, 2, D))},
+        V, "out", "a 3-D tensor", "shape [3, 4, 2, 32]",
+    ),
+    Bad(
+        "merge_n_out_lse_transposed", MSNO, _merge_n_out,
+        lambda a: {"lse": _poison((2, T))},
+        V, "lse", "shape [4, 2]", "shape [2, 4]",
+    ),
 ]
 
 
@@ -643,7 +705,7 @@ def test_bad_input_is_rejected(case: Bad, monkeypatch):
 
 def test_bad_cases_are_distinct():
     assert len({c.id for c in BAD}) == len(BAD)
-    assert {c.op for c in BAD} == {PA, PAO, MLA, RC, CC, GC, MS, MSO}
+    assert {c.op for c in BAD} == {PA, PAO, MLA, RC, CC, GC, MS, MSO, MSN, MSNO}
 
 
 # -- value errors: caught under TORCH_PAGED_ATTN_DEBUG=1, masked without it -------------------------

@@ -5,7 +5,8 @@ call, else the reason it cannot) and, for each op it implements, a function of t
 the *out-form* signature below (it writes into ``out`` / ``lse`` / the caches and returns None);
 a backend split into several modules (Triton: one per kernel family) also exposes
 ``module_for(op)``, the module holding that function. Backends never import one another; this
-module imports them lazily. ``paged_attention_out`` runs the ``paged_attention`` function.
+module imports them lazily. Each ``*_out`` op runs its functional form's function
+(``paged_attention_out`` runs ``paged_attention``).
 
     paged_attention(query, key_cache, value_cache, block_table, seq_lens, query_start_loc,
                     out, lse, *, scale, causal, window_left, window_right, softcap,
@@ -16,6 +17,7 @@ module imports them lazily. ``paged_attention_out`` runs the ``paged_attention``
     concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, scale)
     gather_cache(kv_cache, block_table, cu_seq_lens, seq_starts, out, scale)
     merge_attn_states(prefix_out, prefix_lse, suffix_out, suffix_lse, out, lse)
+    merge_attn_states_n(outs, lses, out, lse)
 
 On CUDA the order is the backend setting's (``_config.get_backend()``): "triton" tries Triton
 then the reference; "auto" and "flash" try ``flash`` (FlashAttention, which applies the auto

@@ -379,3 +379,24 @@ def merge_attn_states(
     out.copy_(o)
     if lse is not None:
         lse.copy_(s)
+
+
+def merge_n(outs: Tensor, lses: Tensor) -> tuple[Tensor, Tensor]:
+    """Exact combination of N attention results ``outs [N, T, H, D]`` / ``lses [N, T, H]`` over
+    disjoint key sets. An LSE of -inf or +inf marks an empty part: its output is not read."""
+    ls = lses.float()
+    ls = torch.where(ls == float("inf"), float("-inf"), ls)
+    m = ls.amax(dim=0)
+    m = torch.where(m == float("-inf"), 0.0, m)
+    w = torch.exp(ls - m)  # [N, T, H]; 0 exactly for an empty part
+    denom = w.sum(dim=0)
+    safe = torch.where(denom > 0, denom, 1.0)
+    parts = torch.where((w > 0)[..., None], outs.float() * (w / safe)[..., None], 0.0)
+    return parts.sum(dim=0).to(outs.dtype), m + torch.log(denom)
+
+
+def merge_attn_states_n(outs: Tensor, lses: Tensor, out: Tensor, lse: Tensor | None) -> None:
+    o, s = merge_n(outs, lses)
+    out.copy_(o)
+    if lse is not None:
+        lse.copy_(s)

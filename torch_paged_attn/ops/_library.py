@@ -25,6 +25,8 @@ OPS = {
     "gather_cache": ("kv_cache", ("out",)),
     "merge_attn_states": ("merge", ()),
     "merge_attn_states_out": ("merge", ("out", "lse")),
+    "merge_attn_states_n": ("merge", ()),
+    "merge_attn_states_n_out": ("merge", ("out", "lse")),
 }
 
 

@@ -1,4 +1,5 @@
-"""``paged_attn::merge_attn_states`` and ``paged_attn::merge_attn_states_out``."""
+"""``paged_attn::merge_attn_states`` / ``merge_attn_states_out`` (two parts) and
+``paged_attn::merge_attn_states_n`` / ``merge_attn_states_n_out`` (N stacked parts)."""
 
 from __future__ import annotations
 
@@ -122,3 +123,92 @@ def merge_attn_states_out(
         (prefix_out, prefix_lse, suffix_out, suffix_lse, out, lse),
     )
     _merge_attn_states_out(prefix_out, prefix_lse, suffix_out, suffix_lse, out, lse)
+
+
+# -- N parts -------------------------------------------------------------------------------------
+
+
+def _check_merge_n(op: str, outs: Tensor, lses: Tensor) -> Checker:
+    if not isinstance(outs, Tensor):
+        raise TypeError(f"{op}: outs: expected a torch.Tensor, got {type(outs).__name__}")
+    c = Checker(op, outs.device)
+    c.tensor("outs", outs, dim=4, dtypes=FLOAT_DTYPES)
+    num_parts, num_tokens, num_heads, _ = outs.shape
+    if num_parts == 0:
+        c.fail("outs", "at least one part (outs.shape[0] >= 1)", "shape [0, ...]")
+    c.tensor(
+        "lses", lses, shape=(num_parts, num_tokens, num_heads), dtypes=(torch.float32,), last_contiguous=False
+    )
+    return c
+
+
+def _facts_n(outs: Tensor, lse: Tensor | None) -> dict:
+    return {"device": outs.device.type, "dtype": outs.dtype, "head_size": outs.shape[3], "lse": lse is not None}
+
+
+@declare("merge_attn_states_n")
+def _merge_attn_states_n(outs: Tensor, lses: Tensor) -> tuple[Tensor, Tensor]:
+    _check_merge_n("merge_attn_states_n", outs, lses)
+    out = outs.new_empty(outs.shape[1:])
+    lse = lses.new_empty(lses.shape[1:])
+    backend = lowering.select("merge_attn_states_n", _facts_n(outs, lse))
+    backend.merge_attn_states_n(outs, lses, out, lse)
+    return out, lse
+
+
+@declare("merge_attn_states_n_out")
+def _merge_attn_states_n_out(
+    outs: Tensor,
+    lses: Tensor,
+    out: Tensor,
+    lse: Tensor | None,  # no schema default: torch 2.11 drops a trailing mutable default argument
+) -> None:
+    c = _check_merge_n("merge_attn_states_n_out", outs, lses)
+    c.tensor("out", out, shape=tuple(outs.shape[1:]), dtypes=(outs.dtype,))
+    if lse is not None:
+        c.tensor("lse", lse, shape=tuple(lses.shape[1:]), dtypes=(torch.float32,), last_contiguous=False)
+    backend = lowering.select("merge_attn_states_n", _facts_n(outs, lse))
+    backend.merge_attn_states_n(outs, lses, out, lse)
+
+
+_MERGE_N_TYPES = arg_types(("outs", "tensor"), ("lses", "tensor"))
+_MERGE_N_OUT_TYPES = arg_types(("outs", "tensor"), ("lses", "tensor"), ("out", "tensor"), ("lse", "tensor?"))
+
+
+def merge_attn_states_n(outs: Tensor, lses: Tensor) -> tuple[Tensor, Tensor]:
+    """Combine N attention results over disjoint key sets into the result over their union.
+
+    The N-part form of :func:`merge_attn_states` (split-KV decode, decode context parallelism:
+    one part per rank). Per row ``(t, h)``, with ``m = max_i lses[i, t, h]``::
+
+        lse = m + log(sum_i exp(lses[i] - m))
+        out = sum_i exp(lses[i] - lse) * outs[i]          # summed in part order 0, 1, ..., N-1
+
+    An LSE of ``-inf`` or ``+inf`` marks an empty part, whose output is ignored (it may hold
+    anything); a row whose parts are all empty gives 0 and ``-inf``.
+
+    Args:
+        outs: ``[N, T, H, D]`` bf16/fp16/fp32, N >= 1 stacked partial outputs (last dim contiguous).
+        lses: ``[N, T, H]`` float32, natural log: token-major per part, as every LSE of the
+            package (``lses[i]`` is what ``paged_attention(..., return_lse=True)`` returns).
+
+    Returns:
+        ``(out [T, H, D]`` in ``outs``' dtype, ``lse [T, H]`` float32, natural log``)``.
+
+    Example::
+
+        >>> import torch, torch_paged_attn as pa
+        >>> outs = torch.randn(3, 4, 2, 32)
+        >>> lses = torch.tensor([0.0, float("-inf"), 0.0]).reshape(3, 1, 1).expand(3, 4, 2).contiguous()
+        >>> out, lse = pa.merge_attn_states_n(outs, lses)
+        >>> torch.allclose(out, (outs[0] + outs[2]) / 2, atol=1e-6)
+        True
+    """
+    check_arg_types("merge_attn_states_n", _MERGE_N_TYPES, (outs, lses))
+    return _merge_attn_states_n(outs, lses)
+
+
+def merge_attn_states_n_out(outs: Tensor, lses: Tensor, out: Tensor, lse: Tensor | None = None) -> None:
+    """:func:`merge_attn_states_n` writing into ``out [T, H, D]`` and, when given, ``lse [T, H]``."""
+    check_arg_types("merge_attn_states_n_out", _MERGE_N_OUT_TYPES, (outs, lses, out, lse))
+    _merge_attn_states_n_out(outs, lses, out, lse)

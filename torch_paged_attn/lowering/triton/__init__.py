@@ -20,6 +20,7 @@ _FAMILIES: dict[str, str] = {
     "concat_and_cache_mla": "kv_cache",
     "gather_cache": "kv_cache",
     "merge_attn_states": "merge",
+    "merge_attn_states_n": "merge",
 }
 
 

@@ -11,6 +11,13 @@ An empty part's output row is never loaded (its masked load moves no bytes), so 
 there cannot leak. Grid: axis 0 = tiles of BLOCK_R rows of the row space [T * H], from shapes.
 Layouts: outputs ``[T, H, D]`` (last dim contiguous), LSEs ``[T, H]`` float32, any strides.
 Bytes moved: 2 reads and 1 write of ``T * H * D`` elements, plus 3 x ``T * H`` float32 LSEs.
+
+``merge_attn_states_n``: the same for N stacked parts ``outs [N, T, H, D]``, ``lses [N, T, H]``
+(decode context parallelism: one part per rank). Same grid; per row, pass 1 takes
+``m = max_i lses[i]`` over the parts, pass 2 sums ``exp(lses[i] - m) * outs[i]`` in part order
+0..N-1 (a fixed order: the same bits for any grid or rank), then divides by the summed weights.
+Bytes: N reads and 1 write of ``T * H * D`` elements, 2N reads (both passes) + 1 write of
+``T * H`` float32 LSEs.
 """
 
 from __future__ import annotations
@@ -133,6 +140,111 @@ def merge_attn_states(
         stride_so_head=suffix_out.stride(1),
         stride_sl_token=suffix_lse.stride(0),
         stride_sl_head=suffix_lse.stride(1),
+        stride_out_token=out.stride(0),
+        stride_out_head=out.stride(1),
+        stride_lse_token=lse.stride(0) if lse is not None else 0,
+        stride_lse_head=lse.stride(1) if lse is not None else 0,
+        NUM_HEADS=num_heads,
+        HEAD_SIZE=head_size,
+        BLOCK_D=block_d,
+        BLOCK_R=block_r,
+        HAS_LSE=lse is not None,
+        num_warps=_NUM_WARPS,
+    )
+
+
+@triton.jit
+def _merge_attn_states_n_kernel(
+    outs_ptr,  # [N, T, H, D]
+    lses_ptr,  # [N, T, H] float32
+    out_ptr,  # [T, H, D]
+    lse_ptr,  # [T, H] float32, None when not asked for
+    num_parts,  # N, a runtime loop bound: no recompile per world size
+    num_rows,  # T * H
+    stride_os_part,
+    stride_os_token,
+    stride_os_head,
+    stride_ls_part,
+    stride_ls_token,
+    stride_ls_head,
+    stride_out_token,
+    stride_out_head,
+    stride_lse_token,
+    stride_lse_head,
+    NUM_HEADS: tl.constexpr,
+    HEAD_SIZE: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    HAS_LSE: tl.constexpr,
+):
+    """Axis 0: tiles of BLOCK_R rows (row = token * H + head); a loop over the N parts."""
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)  # [BLOCK_R]
+    token = rows // NUM_HEADS
+    head = rows % NUM_HEADS
+    row_ok = rows < num_rows
+    lse_off = token * stride_ls_token + head * stride_ls_head  # [BLOCK_R]
+    out_off = (token * stride_os_token + head * stride_os_head)[:, None]  # [BLOCK_R, 1]
+    cols = tl.arange(0, BLOCK_D)
+    col_ok = (cols < HEAD_SIZE)[None, :]
+    # -- pass 1: the largest LSE of each row over its non-empty parts --
+    # part i sits at pointer + i * stride: walking pointers keep the offsets 64-bit
+    m = tl.full([BLOCK_R], float("-inf"), tl.float32)
+    lse_part_ptr = lses_ptr + lse_off
+    for _ in range(0, num_parts):
+        lp = tl.load(lse_part_ptr, mask=row_ok, other=float("-inf"))
+        lp = tl.where(lp == float("inf"), float("-inf"), lp.to(tl.float32))
+        m = tl.maximum(m, lp)
+        lse_part_ptr += stride_ls_part
+    m = tl.where(m == float("-inf"), 0.0, m)
+    # -- pass 2: weighted sum in part order; an empty part's row is never loaded --
+    acc = tl.zeros([BLOCK_R, BLOCK_D], dtype=tl.float32)
+    denom = tl.zeros([BLOCK_R], dtype=tl.float32)
+    lse_part_ptr = lses_ptr + lse_off
+    out_part_ptr = outs_ptr + out_off + cols[None, :]
+    for _ in range(0, num_parts):
+        lp = tl.load(lse_part_ptr, mask=row_ok, other=float("-inf"))
+        lp = tl.where(lp == float("inf"), float("-inf"), lp.to(tl.float32))
+        w = tl.exp(lp - m)  # [BLOCK_R]; 0 exactly for an empty part
+        use = (row_ok & (w > 0))[:, None] & col_ok
+        o = tl.load(out_part_ptr, mask=use, other=0.0)  # [BLOCK_R, BLOCK_D]
+        acc += tl.where(use, o.to(tl.float32) * w[:, None], 0.0)
+        denom += w
+        lse_part_ptr += stride_ls_part
+        out_part_ptr += stride_os_part
+    # -- normalise, store --
+    safe = tl.where(denom > 0, denom, 1.0)
+    merged = acc / safe[:, None]
+    dst = (token * stride_out_token + head * stride_out_head)[:, None] + cols[None, :]
+    tl.store(out_ptr + dst, merged.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok)
+    if HAS_LSE:
+        lse = tl.where(denom > 0, m + tl.log(safe), float("-inf"))
+        tl.store(lse_ptr + token * stride_lse_token + head * stride_lse_head, lse, mask=row_ok)
+
+
+def merge_attn_states_n(outs: Tensor, lses: Tensor, out: Tensor, lse: Tensor | None) -> None:
+    """Merge N partial attention results ``outs [N, T, H, D]`` with LSEs ``lses [N, T, H]`` into
+    ``out [T, H, D]`` (and ``lse [T, H]`` when given). An LSE of -inf or +inf marks an empty part."""
+    num_parts, num_tokens, num_heads, head_size = outs.shape
+    num_rows = num_tokens * num_heads
+    if num_rows == 0:
+        return
+    block_d = triton.next_power_of_2(head_size)
+    # same tile as the 2-way merge: N parts stream through one accumulator tile per program
+    block_r = max(1, _TILE_ELEMENTS // block_d)
+    grid = (triton.cdiv(num_rows, block_r),)
+    launch(_merge_attn_states_n_kernel, grid, out)(
+        outs_ptr=outs,
+        lses_ptr=lses,
+        out_ptr=out,
+        lse_ptr=lse,
+        num_parts=num_parts,
+        num_rows=num_rows,
+        stride_os_part=outs.stride(0),
+        stride_os_token=outs.stride(1),
+        stride_os_head=outs.stride(2),
+        stride_ls_part=lses.stride(0),
+        stride_ls_token=lses.stride(1),
+        stride_ls_head=lses.stride(2),
         stride_out_token=out.stride(0),
         stride_out_head=out.stride(1),
         stride_lse_token=lse.stride(0) if lse is not None else 0,
