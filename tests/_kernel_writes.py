@@ -99,6 +99,11 @@ def main() -> int:
     calls.append(("merge_attn_states", dict(prefix_output=po, prefix_lse=pl, suffix_output=so, suffix_lse=sl),
                   lambda: merge.merge_attn_states(po, pl, so, sl, merged, merged_lse)))
 
+    parts, part_lses = randn(3, 6, 4, 32, **bf16), randn(3, 6, 4)
+    merged_n, merged_n_lse = torch.empty(6, 4, 32, **bf16), torch.empty(6, 4)
+    calls.append(("merge_attn_states_n", dict(outs=parts, lses=part_lses),
+                  lambda: merge.merge_attn_states_n(parts, part_lses, merged_n, merged_n_lse)))
+
     for op, inputs, thunk in calls:
         captured.clear()
         thunk()

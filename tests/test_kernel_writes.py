@@ -31,6 +31,7 @@ def test_no_kernel_writes_an_input_it_only_reads() -> None:
         ("mla_decode", "_mla_kernel"), ("mla_decode", "_combine_kernel"),
         ("reshape_and_cache", "_cache_write_kernel"), ("concat_and_cache_mla", "_cache_write_kernel"),
         ("gather_cache", "_gather_cache_kernel"), ("merge_attn_states", "_merge_attn_states_kernel"),
+        ("merge_attn_states_n", "_merge_attn_states_n_kernel"),
     }
     wrong = [x for x in launches if x["reads_counted_as_writes"]]
     assert not wrong, wrong
