@@ -41,7 +41,22 @@ def test_docstring_examples_run(module):
     assert result.attempted > 0 and result.failed == 0
 
 
-def test_demo_checks_itself():
+def test_demo_command_runs_and_checks_itself():
+    """The README's demo script, shortened: compiled tokens must equal eager's (exit code 0)."""
+    (script,) = re.findall(r"python (examples/\S+\.py)", _fenced("bash")[0])
+    assert script == "examples/llama.py"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / script), "--device", "cpu", "--layers", "1", "--batch", "2", "--steps", "4",
+         "--prompt-len", "9", "--mode", "eager", "compile"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "tokens equal to eager's" in proc.stdout
+
+
+def test_small_demo_checks_itself():
     proc = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "demo.py"), "--steps", "2", "--device", "cpu"],
         capture_output=True,
