@@ -28,7 +28,7 @@ import triton.language as tl
 from torch import Tensor
 
 from ... import _config
-from ._launch import launch
+from ._launch import cdiv, launch, next_power_of_2
 from ._softmax import LOG2E, merge_partial, merged_to_output, softmax_step, state_to_partial
 from .paged_attention import (
     _INVARIANT_SPLIT_TOKENS,
@@ -38,6 +38,7 @@ from .paged_attention import (
     _combine_kernel,
     _dot,
     _find_sequence,
+    _interpreted,
     _interpreting,
     _load_block_ids,
     _load_rows,
@@ -280,21 +281,21 @@ def mla_decode(
     num_seqs, max_blocks = block_table.shape
     if num_tokens == 0 or num_heads == 0:
         return
-    num_head_groups = triton.cdiv(num_heads, _MAX_HEADS_PER_PROGRAM)
-    heads = triton.cdiv(num_heads, num_head_groups)
+    num_head_groups = cdiv(num_heads, _MAX_HEADS_PER_PROGRAM)
+    heads = cdiv(num_heads, num_head_groups)
     invariant = _config.is_batch_invariant()
     if invariant and split_tokens is None:
         split_tokens = _INVARIANT_SPLIT_TOKENS
     # Query tokens a program holds: 1 for decode (and always in batch-invariant mode), else the
     # hint or, without one, the mean tokens per sequence (a shape: exact for uniform speculative
     # batches), as far as they fit next to the heads in _MAX_BLOCK_M rows.
-    per_seq = max_query_len if max_query_len > 0 else triton.cdiv(num_tokens, max(num_seqs, 1))
+    per_seq = max_query_len if max_query_len > 0 else cdiv(num_tokens, max(num_seqs, 1))
     if invariant or per_seq <= 1:
         block_q = 1
     else:
-        fit = max(1, _MAX_BLOCK_M // triton.next_power_of_2(heads))
-        block_q = min(fit, triton.next_power_of_2(per_seq))
-    block_m = max(16, triton.next_power_of_2(heads * block_q))
+        fit = max(1, _MAX_BLOCK_M // next_power_of_2(heads))
+        block_q = min(fit, next_power_of_2(per_seq))
+    block_m = max(16, next_power_of_2(heads * block_q))
     block_q = block_m // heads if block_q > 1 else 1
     tile_n, num_warps, num_stages, programs_per_sm = _CONFIGS[block_m]
     num_q_blocks = num_tokens // block_q + num_seqs + 1
@@ -337,15 +338,15 @@ def mla_decode(
         BLOCK_SIZE=block_size, BLOCK_M=block_m, BLOCK_Q=block_q, TILE_N=tile_n,
         CAUSAL=bool(causal), IS_FP8=is_fp8, HAS_LSE=lse is not None, WRITE_PARTIAL=write_partial,
         DOT_PRECISION="ieee" if q_latent.dtype == torch.float32 else "tf32",
-        DOT_UPCAST=_interpreting() and q_latent.dtype == torch.bfloat16,
+        DOT_UPCAST=q_latent.dtype == torch.bfloat16 and _interpreted(),
         MERGE_GROUP=1 if split_tokens == _NO_SPLIT else _MERGE_GROUP,
         num_warps=num_warps, num_stages=num_stages,
     )
     if not write_partial:
         return
     l_pad = _pad(latent)
-    block_h = max(1, min(triton.next_power_of_2(num_heads), 512 // l_pad))  # 4 x [block_h, L] in flight
-    launch(_combine_kernel, (num_tokens, triton.cdiv(num_heads, block_h)), q_latent)(
+    block_h = max(1, min(next_power_of_2(num_heads), 512 // l_pad))  # 4 x [block_h, L] in flight
+    launch(_combine_kernel, (num_tokens, cdiv(num_heads, block_h)), q_latent)(
         part_out_ptr=part_out, part_lse_ptr=part_lse, seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc,
         sinks_ptr=q_latent, v_scale_ptr=kv_scale if is_fp8 else q_latent,
         out_ptr=out, lse_ptr=lse_t,

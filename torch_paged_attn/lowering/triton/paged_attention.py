@@ -31,7 +31,7 @@ import triton.language as tl
 from torch import Tensor
 
 from ... import _config
-from ._launch import launch
+from ._launch import cdiv, launch, next_power_of_2
 from ._softmax import LOG2E, merge_partial, merged_to_output, softmax_step, state_to_partial
 
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -86,6 +86,12 @@ _NO_LIMIT = tl.constexpr(2**29)
 
 def _interpreting() -> bool:  # read per call, as Triton reads it per launch
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _interpreted() -> bool:
+    """True when triton.jit produced interpreter functions (TRITON_INTERPRET=1 when the kernels
+    were defined): no environment read on the launch path."""
+    return not isinstance(_attention_kernel, triton.runtime.jit.JITFunction)
 
 
 @functools.lru_cache(maxsize=None)
@@ -462,7 +468,7 @@ def _load_partial(pl_ptr, po_ptr, k, left, stride_pl_split, stride_po_split, hea
 
 
 def _pad(size: int) -> int:
-    return max(16, triton.next_power_of_2(size))
+    return max(16, next_power_of_2(size))
 
 
 def _plan_splits(
@@ -478,13 +484,13 @@ def _plan_splits(
     """
     if split_tokens is None:
         slots = _num_sms(device) * programs_per_sm
-        splits = min(slots // max(programs_per_split, 1), triton.cdiv(capacity, _MIN_SPLIT_TILES * tile_n))
+        splits = min(slots // max(programs_per_split, 1), cdiv(capacity, _MIN_SPLIT_TILES * tile_n))
         splits = min(splits, _WORKSPACE_BYTES // max(partial_bytes_per_split, 1))
         if splits <= 1:
             return _NO_SPLIT, 1, False
-        split_tokens = triton.cdiv(capacity, splits)
-    split_tokens = triton.cdiv(split_tokens, tile_n) * tile_n
-    num_splits = max(triton.cdiv(capacity, split_tokens), 1)
+        split_tokens = cdiv(capacity, splits)
+    split_tokens = cdiv(split_tokens, tile_n) * tile_n
+    num_splits = max(cdiv(capacity, split_tokens), 1)
     write_partial = num_splits * partial_bytes_per_split <= _WORKSPACE_BYTES
     return split_tokens, num_splits, write_partial
 
@@ -511,8 +517,8 @@ def paged_attention(
     if num_tokens == 0 or num_heads == 0:
         return
     group = num_heads // num_kv_heads
-    num_head_groups = triton.cdiv(group, _MAX_HEADS_PER_PROGRAM)
-    heads = triton.cdiv(group, num_head_groups)
+    num_head_groups = cdiv(group, _MAX_HEADS_PER_PROGRAM)
+    heads = cdiv(group, num_head_groups)
     invariant = _config.is_batch_invariant()
     if invariant and split_tokens is None:
         split_tokens = _INVARIANT_SPLIT_TOKENS
@@ -522,7 +528,7 @@ def paged_attention(
     block_m, tile_n, num_warps, num_stages, programs_per_sm = configs[max(d_pad, dv_pad)]
     if not decode and max_query_len > 0:  # short queries (speculative decoding): fewer empty rows
         block_m = min(block_m, _pad(max_query_len * heads))
-    block_m = max(block_m, triton.next_power_of_2(heads))
+    block_m = max(block_m, next_power_of_2(heads))
     block_q = block_m // heads
     num_q_blocks = num_tokens // block_q + num_seqs + 1
     busy_q_blocks = min(num_tokens // block_q + num_seqs, num_tokens)
@@ -574,14 +580,14 @@ def paged_attention(
         USE_SOFTCAP=softcap > 0, USE_ALIBI=alibi_slopes is not None, HAS_SINKS=sinks is not None,
         IS_FP8=is_fp8, HAS_LSE=lse is not None, WRITE_PARTIAL=write_partial,
         DOT_PRECISION="ieee" if query.dtype == torch.float32 else "tf32",
-        DOT_UPCAST=_interpreting() and query.dtype == torch.bfloat16,
+        DOT_UPCAST=query.dtype == torch.bfloat16 and _interpreted(),
         MERGE_GROUP=1 if split_tokens == _NO_SPLIT else _MERGE_GROUP,
         num_warps=num_warps, num_stages=num_stages,
     )
     if not write_partial:
         return
-    block_h = max(1, min(triton.next_power_of_2(num_heads), 512 // dv_pad))  # 4 x [block_h, Dv] in flight
-    launch(_combine_kernel, (num_tokens, triton.cdiv(num_heads, block_h)), query)(
+    block_h = max(1, min(next_power_of_2(num_heads), 512 // dv_pad))  # 4 x [block_h, Dv] in flight
+    launch(_combine_kernel, (num_tokens, cdiv(num_heads, block_h)), query)(
         part_out_ptr=part_out, part_lse_ptr=part_lse, seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc,
         sinks_ptr=sinks if sinks is not None else query, v_scale_ptr=v_scale if is_fp8 else query,
         out_ptr=out, lse_ptr=lse_t,
