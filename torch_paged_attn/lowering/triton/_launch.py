@@ -7,7 +7,7 @@ on real CUDA tensors it is a cached launcher (below); otherwise the kernel's own
 (the interpreter, CPU tensors, Triton versions whose launch protocol is not implemented here).
 
 The cached launcher. ``JITFunction.run`` binds and specialises every argument on every call
-(~70 us for the 69 parameters of the attention kernel, Triton 3.6, H200 host, 2026-11). Its
+(~70 us a launch of the attention kernel, 46 arguments, Triton 3.6, H200 host, 2026-11). Its
 in-memory kernel cache is keyed on the specialisation of each argument (native_specialize_impl:
 tensor -> (dtype, data_ptr % 16 == 0); int -> constexpr when == 1, else (i32 / i64 / u64 by
 range, % 16 == 0); float -> fp32; bool -> u1; None -> constexpr; constexprs by value) and on the

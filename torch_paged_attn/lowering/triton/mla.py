@@ -312,7 +312,10 @@ def mla_decode(
     else:  # never dereferenced: WRITE_PARTIAL is off
         part_out, part_lse = out, out
     lse_t = lse if lse is not None else out
-    lse_strides = (lse.stride(0), lse.stride(1)) if lse is not None else (0, 0)
+    lse_strides = lse.stride() if lse is not None else (0, 0)
+    # each tensor's strides fetched once (a stride(i) call costs ~1 us of host time, 2-core CI)
+    sql, sqr, skv, sbt, so = q_latent.stride(), q_rope.stride(), kv_cache.stride(), block_table.stride(), out.stride()
+    ssl, sqsl = seq_lens.stride(0), query_start_loc.stride(0)
     po_strides = part_out.stride()[:3] if write_partial else (0, 0, 0)
     pl_strides = part_lse.stride()[:2] if write_partial else (0, 0)
     grid = (num_q_blocks, num_head_groups, num_splits if write_partial else 1)
@@ -324,12 +327,12 @@ def mla_decode(
         scale=float(scale),
         split_tokens=split_tokens, num_splits=num_splits, num_tokens=num_tokens, num_seqs=num_seqs,
         num_blocks=num_blocks, max_blocks=max_blocks,
-        stride_ql_tok=q_latent.stride(0), stride_ql_head=q_latent.stride(1),
-        stride_qr_tok=q_rope.stride(0), stride_qr_head=q_rope.stride(1),
-        stride_kv_block=kv_cache.stride(0), stride_kv_slot=kv_cache.stride(1),
-        stride_bt_seq=block_table.stride(0), stride_bt_block=block_table.stride(1),
-        stride_sl=seq_lens.stride(0), stride_qsl=query_start_loc.stride(0),
-        stride_o_tok=out.stride(0), stride_o_head=out.stride(1),
+        stride_ql_tok=sql[0], stride_ql_head=sql[1],
+        stride_qr_tok=sqr[0], stride_qr_head=sqr[1],
+        stride_kv_block=skv[0], stride_kv_slot=skv[1],
+        stride_bt_seq=sbt[0], stride_bt_block=sbt[1],
+        stride_sl=ssl, stride_qsl=sqsl,
+        stride_o_tok=so[0], stride_o_head=so[1],
         stride_lse_tok=lse_strides[0], stride_lse_head=lse_strides[1],
         stride_po_tok=po_strides[0], stride_po_split=po_strides[1], stride_po_head=po_strides[2],
         stride_pl_tok=pl_strides[0], stride_pl_split=pl_strides[1],
@@ -352,10 +355,10 @@ def mla_decode(
         out_ptr=out, lse_ptr=lse_t,
         split_tokens=split_tokens, num_splits=num_splits, num_tokens=num_tokens, num_seqs=num_seqs,
         num_heads=num_heads,
-        stride_sl=seq_lens.stride(0), stride_qsl=query_start_loc.stride(0),
+        stride_sl=ssl, stride_qsl=sqsl,
         stride_po_tok=po_strides[0], stride_po_split=po_strides[1], stride_po_head=po_strides[2],
         stride_pl_tok=pl_strides[0], stride_pl_split=pl_strides[1],
-        stride_o_tok=out.stride(0), stride_o_head=out.stride(1),
+        stride_o_tok=so[0], stride_o_head=so[1],
         stride_lse_tok=lse_strides[0], stride_lse_head=lse_strides[1],
         HEAD_SIZE_V=latent, DV_PAD=l_pad, BLOCK_H=block_h,
         HAS_SINKS=False, IS_FP8=is_fp8, HAS_LSE=lse is not None, MERGE_GROUP=_MERGE_GROUP,

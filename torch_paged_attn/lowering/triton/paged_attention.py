@@ -545,7 +545,10 @@ def paged_attention(
         part_out, part_lse = out, out
     unbounded = 1 << 29  # a window side of -1 reaches every position below 2^28
     lse_t = lse if lse is not None else out
-    lse_strides = (lse.stride(0), lse.stride(1)) if lse is not None else (0, 0)
+    lse_strides = lse.stride() if lse is not None else (0, 0)
+    # each tensor's strides fetched once (a stride(i) call costs ~1 us of host time, 2-core CI)
+    sq, skc, svc, sbt, so = query.stride(), key_cache.stride(), value_cache.stride(), block_table.stride(), out.stride()
+    ssl, sqsl = seq_lens.stride(0), query_start_loc.stride(0)
     grid = (num_q_blocks, num_kv_heads * num_head_groups, num_splits if write_partial else 1)
     po_strides = part_out.stride()[:3] if write_partial else (0, 0, 0)
     pl_strides = part_lse.stride()[:2] if write_partial else (0, 0)
@@ -563,13 +566,12 @@ def paged_attention(
         chunk_size=max(attention_chunk_size, 1),
         split_tokens=split_tokens, num_splits=num_splits, num_tokens=num_tokens, num_seqs=num_seqs,
         num_blocks=num_blocks, max_blocks=max_blocks,
-        stride_q_tok=query.stride(0), stride_q_head=query.stride(1),
-        stride_kc_block=key_cache.stride(0), stride_kc_slot=key_cache.stride(1), stride_kc_head=key_cache.stride(2),
-        stride_vc_block=value_cache.stride(0), stride_vc_slot=value_cache.stride(1),
-        stride_vc_head=value_cache.stride(2),
-        stride_bt_seq=block_table.stride(0), stride_bt_block=block_table.stride(1),
-        stride_sl=seq_lens.stride(0), stride_qsl=query_start_loc.stride(0),
-        stride_o_tok=out.stride(0), stride_o_head=out.stride(1),
+        stride_q_tok=sq[0], stride_q_head=sq[1],
+        stride_kc_block=skc[0], stride_kc_slot=skc[1], stride_kc_head=skc[2],
+        stride_vc_block=svc[0], stride_vc_slot=svc[1], stride_vc_head=svc[2],
+        stride_bt_seq=sbt[0], stride_bt_block=sbt[1],
+        stride_sl=ssl, stride_qsl=sqsl,
+        stride_o_tok=so[0], stride_o_head=so[1],
         stride_lse_tok=lse_strides[0], stride_lse_head=lse_strides[1],
         stride_po_tok=po_strides[0], stride_po_split=po_strides[1], stride_po_head=po_strides[2],
         stride_pl_tok=pl_strides[0], stride_pl_split=pl_strides[1],
@@ -593,10 +595,10 @@ def paged_attention(
         out_ptr=out, lse_ptr=lse_t,
         split_tokens=split_tokens, num_splits=num_splits, num_tokens=num_tokens, num_seqs=num_seqs,
         num_heads=num_heads,
-        stride_sl=seq_lens.stride(0), stride_qsl=query_start_loc.stride(0),
+        stride_sl=ssl, stride_qsl=sqsl,
         stride_po_tok=po_strides[0], stride_po_split=po_strides[1], stride_po_head=po_strides[2],
         stride_pl_tok=pl_strides[0], stride_pl_split=pl_strides[1],
-        stride_o_tok=out.stride(0), stride_o_head=out.stride(1),
+        stride_o_tok=so[0], stride_o_head=so[1],
         stride_lse_tok=lse_strides[0], stride_lse_head=lse_strides[1],
         HEAD_SIZE_V=head_size_v, DV_PAD=dv_pad, BLOCK_H=block_h,
         HAS_SINKS=sinks is not None, IS_FP8=is_fp8, HAS_LSE=lse is not None, MERGE_GROUP=_MERGE_GROUP,
