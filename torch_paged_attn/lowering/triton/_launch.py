@@ -127,8 +127,9 @@ class FastLauncher:
     def _generate(self, kwargs: dict[str, Any]) -> None:
         """Generate ``self.key`` and ``self.launch`` from the kinds of the first call's arguments.
 
-        The key holds, per parameter: a constexpr's value; a pointer's ``None`` or (dtype, address
-        % 16 == 0); an int's i32 range, == 1 and % 16 == 0 (range only when do_not_specialize);
+        The key holds, per parameter: a constexpr's value; a pointer's ``None`` or dtype and
+        address % 16; an int's % 16 == 0 when 1 < n < 2**31, else its value (range only when
+        do_not_specialize);
         and, for every scalar and constexpr, its Python class (compared with the first call's:
         another class returns None and takes the slow path). Then the launch options.
         """
@@ -154,19 +155,21 @@ class FastLauncher:
             elif value is None or isinstance(value, torch.Tensor):
                 # None -> constexpr None; tensor -> its dtype and, unless the parameter is
                 # do_not_specialize(_on_alignment), whether its address is a multiple of 16
-                align = not (p.do_not_specialize or p.do_not_specialize_on_alignment)
-                tail = f", {n}.data_ptr() & 15 == 0" if align else ""
-                exprs.append(f"None if {n} is None else ({n}.dtype{tail})")
+                # (flat, no inner tuple: 14 pointers cost 1.5 us instead of 3.7 us, 2-core CI)
+                exprs.append(f"None if {n} is None else {n}.dtype")
+                if not (p.do_not_specialize or p.do_not_specialize_on_alignment):
+                    exprs.append(f"None if {n} is None else {n}.data_ptr() & 15")
             elif isinstance(value, (bool, float)):
                 scalars.append(n)  # u1 / fp32: the class is the whole specialisation
             elif isinstance(value, int):
                 scalars.append(n)
-                # True / False for i32, -n (never 0 or 1) for i64 / u64 and for 1 (a constexpr)
-                in32 = f"-2147483648 <= {n} <= 2147483647"
-                if p.do_not_specialize:
-                    exprs.append(f"True if {in32} else -{n}")
-                else:
-                    exprs.append(f"{n} & 15 == 0 if {n} != 1 and {in32} else -{n}")
+                # a bool for the common values (i32, not 1), else the value in a tuple (never
+                # equal to a bool); 30 ints cost 1.9 us this way, 5.8 us with a range test on
+                # both sides and != 1 (2-core CI, 2026-11)
+                if p.do_not_specialize:  # i32 / i64 / u64 by range
+                    exprs.append(f"True if -2147483649 < {n} < 2147483648 else ({n},)")
+                else:  # constexpr 1, or i32 / i64 / u64 and % 16 == 0
+                    exprs.append(f"{n} & 15 == 0 if 1 < {n} < 2147483648 else ({n},)")
             else:
                 raise TypeError(f"unsupported argument {n} of type {type(value).__name__}")
         params = ", ".join(signature + ["**_options"])
