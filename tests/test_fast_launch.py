@@ -277,8 +277,8 @@ def _offset_view(t: torch.Tensor, offset: int) -> torch.Tensor:
 
 
 def _op_calls(dtype: torch.dtype, offset: int, num_seqs: int, device: str = "cuda"):
-    """One call of every public op (every Triton kernel of the package: attention + combine, MLA
-    + combine, cache writes, gather, merge), inputs offset by ``offset`` elements; returns
+    """One call of every public op (every Triton kernel of the package: attention and its split-KV
+    combine, MLA, cache writes, gather, merge), inputs offset by ``offset`` elements; returns
     ``{name: fn}`` whose results are tensors to compare."""
     q_lens = [1] * num_seqs
     kv_lens = [16 * (i + 1) + (i % 3) for i in range(num_seqs)]
@@ -302,29 +302,34 @@ def _op_calls(dtype: torch.dtype, offset: int, num_seqs: int, device: str = "cud
     qsl = torch.arange(num_seqs + 1, dtype=torch.int32, device=device)
     slots = torch.randperm(8 * 16, generator=g)[:T].to(device)
 
+    key, value, kv_c, k_pe = rnd(T, 2, D), rnd(T, 2, D), rnd(T, L), rnd(T, R)
+    q_latent, q_rope = rnd(T, H, L), rnd(T, H, R)
+    cu = torch.tensor([0, 16, 40], dtype=torch.int32, device=device)
+    table = torch.tensor([[3, 1, 0, 2], [7, 6, 5, 4]], dtype=torch.int32, device=device)
+    po, so = rnd(T, H, D), rnd(T, H, D)
+    pl, sl = rnd(T, H, dt=torch.float32), rnd(T, H, dt=torch.float32)
+    # every input exists before the calls: they allocate outputs only, so CUDA graphs capture them
+
     def reshape_and_cache():
         kc, vc = batch.key_cache.clone(), batch.value_cache.clone()
-        torch_paged_attn.reshape_and_cache(rnd(T, 2, D), rnd(T, 2, D), kc, vc, slots)
+        torch_paged_attn.reshape_and_cache(key, value, kc, vc, slots)
         return kc, vc
 
     def concat_and_cache_mla():
         cache = mla_cache.clone()
-        torch_paged_attn.concat_and_cache_mla(rnd(T, L), rnd(T, R), cache, slots)
+        torch_paged_attn.concat_and_cache_mla(kv_c, k_pe, cache, slots)
         return (cache,)
 
     def gather_cache():
-        cu = torch.tensor([0, 16, 40], dtype=torch.int32, device=device)
         out = torch.zeros(48, L + R, dtype=dtype, device=device)
-        torch_paged_attn.gather_cache(mla_cache, bt[:2], cu, None, out)
+        torch_paged_attn.gather_cache(mla_cache, table, cu, None, out)
         return (out,)
 
-    po, so = rnd(T, H, D), rnd(T, H, D)
-    pl, sl = rnd(T, H, dt=torch.float32), rnd(T, H, dt=torch.float32)
     return {
         "decode": lambda: torch_paged_attn.paged_attention(*args, return_lse=True, max_query_len=1),
         "decode_split": lambda: _split_decode(args),
         "prefill": lambda: torch_paged_attn.paged_attention(*pargs, return_lse=True),
-        "mla": lambda: torch_paged_attn.mla_decode(rnd(T, H, L), rnd(T, H, R), mla_cache, bt, lens, qsl, scale=0.1),
+        "mla": lambda: torch_paged_attn.mla_decode(q_latent, q_rope, mla_cache, bt, lens, qsl, scale=0.1),
         "reshape_and_cache": reshape_and_cache,
         "concat_and_cache_mla": concat_and_cache_mla,
         "gather_cache": gather_cache,
@@ -388,22 +393,25 @@ def test_every_kernel_fast_equals_kernel_grid_cuda(dtype, monkeypatch) -> None:
 
 @gpu_tier
 def test_second_specialisation_compiles_its_own_binary_cuda(monkeypatch) -> None:
+    """A misaligned call after an aligned one gets its own binary (Triton's), not the cached one."""
     _protocol_or_skip()
     monkeypatch.setenv("TORCH_PAGED_ATTN_FAST_LAUNCH", "check")
     from torch_paged_attn.lowering.triton import merge
 
     fast = _launch._fast_launcher(merge._merge_attn_states_kernel)
-    results = {}
-    for offset in (0, 1):  # 16-byte aligned prefix_out, then not
+    fast.cache.clear()
+    binaries = []
+    for offset in (0, 1):  # 16-byte aligned inputs, then inputs one element off
         fn = _op_calls(torch.float32, offset, 16)["merge"]
-        fn()
-        results[offset] = {entry[3] for entry in fast.cache.values()}
+        got = _results(fn)
+        got_cached = _results(fn)
+        binaries.append({entry[3] for entry in fast.cache.values()})
         monkeypatch.setenv("TORCH_PAGED_ATTN_FAST_LAUNCH", "0")
         expected = _results(fn)
         monkeypatch.setenv("TORCH_PAGED_ATTN_FAST_LAUNCH", "check")
-        for e, g in zip(expected, _results(fn)):
-            assert torch.equal(e, g)
-    assert len(results[1]) > len(results[0]), "the misaligned call reused the aligned binary"
+        for e, g, c in zip(expected, got, got_cached):
+            assert torch.equal(e, g) and torch.equal(e, c)
+    assert len(binaries[0]) == 1 and len(binaries[1]) == 2, "the misaligned call reused the aligned binary"
 
 
 @gpu_tier
