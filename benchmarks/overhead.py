@@ -81,21 +81,30 @@ def _env(name: str, value: str | None):
             os.environ[name] = previous
 
 
-def null_launch() -> None:
+@contextlib.contextmanager
+def null_launch():
     """Route every op to the Triton backend's host code, whatever the device, with each kernel
-    launch a no-op (``--null-launch``): the op-level host time alone."""
+    launch a no-op (``--null-launch``): the op-level host time alone. Restored on exit."""
     from torch_paged_attn import lowering
     from torch_paged_attn.lowering.triton import kv_cache, merge, mla, paged_attention
 
-    choose = lowering._choose
-    lowering._choose = lambda op, facts: choose(op, {**facts, "device": "cuda"})
-    lowering._CHOICES.clear()
+    modules = (paged_attention, mla, kv_cache, merge)
+    choose, launches = lowering._choose, [m.launch for m in modules]
 
     def nothing(**kwargs):
         return None
 
-    for module in (paged_attention, mla, kv_cache, merge):
+    lowering._choose = lambda op, facts: choose(op, {**facts, "device": "cuda"})
+    lowering._CHOICES.clear()
+    for module in modules:
         module.launch = lambda kernel, grid, like: nothing
+    try:
+        yield
+    finally:
+        lowering._choose = choose
+        lowering._CHOICES.clear()
+        for module, launch in zip(modules, launches):
+            module.launch = launch
 
 
 def op_calls(device: torch.device) -> dict[str, Callable[[], Any]]:
@@ -190,8 +199,19 @@ def main(argv: list[str] | None = None) -> int:
     meta = H.device_info(device)
     meta["args"] = vars(args)
     path = H.json_path("overhead", meta, args.out)
-    if args.null_launch:
-        null_launch()
+    with null_launch() if args.null_launch else contextlib.nullcontext():
+        rows = _measure_all(args, device, calls, reps)
+    null = next((r.extra.get("events_us") for r in rows if r.provider == "null kernel, cached launch"), None)
+    for r in rows:
+        if r.status == "ok" and null is not None and r.extra.get("events_us") is not None:
+            r.extra["over_null_us"] = r.extra["events_us"] - null
+    H.write_json(path, "overhead", rows, meta)
+    _print(rows, meta, calls)
+    print(f"\nJSON: {path}")
+    return 0
+
+
+def _measure_all(args, device: torch.device, calls: int, reps: int) -> list[H.Row]:
     targets: dict[str, Callable[[], Callable[[], Any]]] = {}
     if device.type == "cuda" and not args.null_launch:
         targets["null triton kernel"] = null_kernel
@@ -221,15 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:  # one op's failure never stops the run
             row.status, row.reason = "n/a", f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]}"
         rows.append(row)
-
-    null = next((r.extra.get("events_us") for r in rows if r.provider == "null kernel, cached launch"), None)
-    for r in rows:
-        if r.status == "ok" and null is not None and r.extra.get("events_us") is not None:
-            r.extra["over_null_us"] = r.extra["events_us"] - null
-    H.write_json(path, "overhead", rows, meta)
-    _print(rows, meta, calls)
-    print(f"\nJSON: {path}")
-    return 0
+    return rows
 
 
 def _print(rows: list[H.Row], meta: dict, calls: int) -> None:
