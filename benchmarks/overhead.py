@@ -12,14 +12,22 @@ kernel long before the host has issued the next call, and the time per call is t
                (= host time per call whenever the kernels are shorter than the host work)
     wall us    perf_counter over ``--calls`` calls plus the final synchronisation
 
-The baselines are a null Triton kernel (an empty @triton.jit function, the launcher our ops go
-through) and a one-element ``torch.add_``; ``over null us`` is an op's events figure minus the
-null Triton kernel's. Medians of 5 repetitions. JSON rows go to ``<out>/overhead-<gpu>-<date>.json``.
+The baselines are a null Triton kernel (an empty @triton.jit function) launched by
+``kernel[grid]`` (Triton's ``JITFunction.run``) and by the package's cached launcher
+(``lowering/triton/_launch.py``), and a one-element ``torch.add_``; ``over null us`` is an op's
+events figure minus the cached null launch's. Every op is measured twice in the same run: as
+shipped, and with ``TORCH_PAGED_ATTN_FAST_LAUNCH=0`` (columns ``... slow``: every launch through
+``kernel[grid]``). Medians of 5 repetitions. JSON rows go to ``<out>/overhead-<gpu>-<date>.json``.
+
+``--null-launch`` (any device, CPU included) measures the op-level host code alone: the ops take
+the Triton backend's host path (validation, planning, argument building) with every kernel launch
+replaced by a no-op, on CPU tensors when ``--device cpu``; ``wall us`` is then the whole figure.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import statistics
@@ -40,16 +48,63 @@ RESULTS = os.path.join(HERE, "results")
 SLEEP_CYCLES = 35_000_000
 
 
-def null_kernel() -> Callable[[], Any]:
-    """A launch of an empty Triton kernel (grid 1), or an exception when Triton is unusable."""
+def null_kernel(cached: bool = False) -> Callable[[], Any]:
+    """A launch of an empty Triton kernel (grid 1) by ``kernel[grid]`` or (``cached``) by the
+    package's launch helper, as the ops launch; an exception when Triton is unusable."""
     import triton
+
+    from torch_paged_attn.lowering.triton._launch import launch
 
     @triton.jit
     def _null(x_ptr):
         pass
 
     x = torch.empty(1, device="cuda")
+    if cached:
+        return lambda: launch(_null, (1,), x)(x_ptr=x)
     return lambda: _null[(1,)](x)
+
+
+@contextlib.contextmanager
+def _env(name: str, value: str | None):
+    previous = os.environ.get(name)
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = previous
+
+
+@contextlib.contextmanager
+def null_launch():
+    """Route every op to the Triton backend's host code, whatever the device, with each kernel
+    launch a no-op (``--null-launch``): the op-level host time alone. Restored on exit."""
+    from torch_paged_attn import lowering
+    from torch_paged_attn.lowering.triton import kv_cache, merge, mla, paged_attention
+
+    modules = (paged_attention, mla, kv_cache, merge)
+    choose, launches = lowering._choose, [m.launch for m in modules]
+
+    def nothing(**kwargs):
+        return None
+
+    lowering._choose = lambda op, facts: choose(op, {**facts, "device": "cuda"})
+    lowering._CHOICES.clear()
+    for module in modules:
+        module.launch = lambda kernel, grid, like: nothing
+    try:
+        yield
+    finally:
+        lowering._choose = choose
+        lowering._CHOICES.clear()
+        for module, launch in zip(modules, launches):
+            module.launch = launch
 
 
 def op_calls(device: torch.device) -> dict[str, Callable[[], Any]]:
@@ -136,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calls", type=int, default=1000, help="calls per timed repetition")
     ap.add_argument("--quick", action="store_true", help="100 calls, 3 repetitions")
     ap.add_argument("--out", default=RESULTS, help="directory of the JSON results")
+    ap.add_argument("--null-launch", action="store_true", help="op host code only: kernel launches are no-ops")
     args = ap.parse_args(argv)
     device = H.resolve_device(args.device)
     calls, reps = (min(args.calls, 100), 3) if args.quick else (args.calls, 5)
@@ -143,9 +199,23 @@ def main(argv: list[str] | None = None) -> int:
     meta = H.device_info(device)
     meta["args"] = vars(args)
     path = H.json_path("overhead", meta, args.out)
+    with null_launch() if args.null_launch else contextlib.nullcontext():
+        rows = _measure_all(args, device, calls, reps)
+    null = next((r.extra.get("events_us") for r in rows if r.provider == "null kernel, cached launch"), None)
+    for r in rows:
+        if r.status == "ok" and null is not None and r.extra.get("events_us") is not None:
+            r.extra["over_null_us"] = r.extra["events_us"] - null
+    H.write_json(path, "overhead", rows, meta)
+    _print(rows, meta, calls)
+    print(f"\nJSON: {path}")
+    return 0
+
+
+def _measure_all(args, device: torch.device, calls: int, reps: int) -> list[H.Row]:
     targets: dict[str, Callable[[], Callable[[], Any]]] = {}
-    if device.type == "cuda":
+    if device.type == "cuda" and not args.null_launch:
         targets["null triton kernel"] = null_kernel
+        targets["null kernel, cached launch"] = lambda: null_kernel(cached=True)
         one = torch.zeros(1, device=device)
         targets["torch add_ (1 element)"] = lambda: (lambda: one.add_(1))
     ops = op_calls(device)
@@ -164,32 +234,28 @@ def main(argv: list[str] | None = None) -> int:
             if name in ops:
                 note = H.backend_of(fn)[1]
             row.extra.update(measure(fn, device, calls, reps), note=note)
+            if name in ops and device.type == "cuda" and not args.null_launch:
+                with _env("TORCH_PAGED_ATTN_FAST_LAUNCH", "0"):
+                    slow = measure(fn, device, calls, reps)
+                row.extra.update({f"{k.removesuffix('_us')}_slow_us": v for k, v in slow.items()})
         except Exception as e:  # one op's failure never stops the run
             row.status, row.reason = "n/a", f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]}"
         rows.append(row)
-
-    null = next((r.extra.get("events_us") for r in rows if r.provider == "null triton kernel"), None)
-    for r in rows:
-        if r.status == "ok" and null is not None and r.extra.get("events_us") is not None:
-            r.extra["over_null_us"] = r.extra["events_us"] - null
-    H.write_json(path, "overhead", rows, meta)
-    _print(rows, meta, calls)
-    print(f"\nJSON: {path}")
-    return 0
+    return rows
 
 
 def _print(rows: list[H.Row], meta: dict, calls: int) -> None:
-    cols = ("host_us", "events_us", "over_null_us", "wall_us")
+    cols = ("host_us", "events_us", "over_null_us", "wall_us", "host_slow_us", "events_slow_us")
     print(f"\neager overhead per call ({meta['gpu']}, {calls} calls, median of repetitions)")
-    print(f"{'op':<24}" + "".join(f"{c.replace('_us', ' us'):>14}" for c in cols) + "  note")
+    print(f"{'op':<28}" + "".join(f"{c.replace('_us', ' us').replace('_', ' '):>16}" for c in cols) + "  note")
     for r in rows:
         if r.status != "ok":
-            print(f"{r.provider:<24}{'n/a':>14}  {r.reason}")
+            print(f"{r.provider:<28}{'n/a':>16}  {r.reason}")
             continue
         cells = "".join(
-            f"{r.extra[c]:>14.1f}" if r.extra.get(c) is not None else f"{'':>14}" for c in cols
+            f"{r.extra[c]:>16.1f}" if r.extra.get(c) is not None else f"{'':>16}" for c in cols
         )
-        print(f"{r.provider:<24}{cells}  {r.extra.get('note', '')}")
+        print(f"{r.provider:<28}{cells}  {r.extra.get('note', '')}")
 
 
 if __name__ == "__main__":

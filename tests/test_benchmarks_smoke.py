@@ -143,6 +143,21 @@ def test_overhead_cpu(tmp_path, capsys):
         assert r["extra"]["wall_us"] > 0
 
 
+def test_overhead_null_launch_cpu(tmp_path):
+    """--null-launch times the Triton host path of every op with no-op launches, and puts the
+    backend selection and the launch helpers back afterwards."""
+    from torch_paged_attn import lowering
+    from torch_paged_attn.lowering.triton import paged_attention
+
+    choose, launch = lowering._choose, paged_attention.launch
+    overhead = _load("overhead")
+    assert overhead.main(["--device", "cpu", "--quick", "--calls", "5", "--null-launch", "--out", str(tmp_path)]) == 0
+    doc = json.loads(next(tmp_path.glob("overhead-*.json")).read_text())
+    for r in doc["rows"]:
+        assert r["status"] == "ok" and "triton" in r["extra"]["note"], r
+    assert lowering._choose is choose and paged_attention.launch is launch
+
+
 def test_plot(results, tmp_path):
     pytest.importorskip("matplotlib")
     plot = _load("plot")

@@ -947,3 +947,33 @@ def test_valid_inputs_pass_debug_checks(op: str, base: Callable[[], dict], monke
         produced = (args["key_cache"] if op == RC else args["kv_cache"],)
     for t in produced:
         assert torch.isfinite(t.float()).all()
+
+
+# -- remembered valid calls (ops/_checks.Validated) never let a bad one through -------------------
+
+
+@pytest.mark.parametrize("case", BAD, ids=[c.id for c in BAD])
+def test_bad_input_is_rejected_after_a_valid_call(case: Bad, monkeypatch):
+    """The op remembers the signature of a valid call (shapes, strides, dtypes, devices, option
+    values); the same call with one argument broken still fails validation."""
+    monkeypatch.delenv(DEBUG_ENV, raising=False)
+    args = case.base()
+    getattr(pa, case.op)(**args)
+    getattr(pa, case.op)(**args)  # now from the remembered signature
+    args.update(case.change(args))
+    with pytest.raises(case.exc, match=_message_pattern(case.op, case.arg, case.expected, case.got)):
+        getattr(pa, case.op)(**args)
+
+
+@pytest.mark.parametrize("case", DEBUG_BAD, ids=[c.id for c in DEBUG_BAD])
+def test_debug_value_check_rejects_after_a_valid_call(case: DebugBad, monkeypatch):
+    """Value checks run on every call under TORCH_PAGED_ATTN_DEBUG=1, whatever was remembered:
+    the bad values here keep the valid call's shapes, strides and dtypes."""
+    args = case.base()
+    monkeypatch.delenv(DEBUG_ENV, raising=False)
+    getattr(pa, case.op)(**case.base())
+    getattr(pa, case.op)(**case.base())
+    monkeypatch.setenv(DEBUG_ENV, "1")
+    args.update(case.change(args))
+    with pytest.raises(ValueError, match=_message_pattern(case.op, case.arg, case.expected, case.got)):
+        getattr(pa, case.op)(**args)

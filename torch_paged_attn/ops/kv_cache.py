@@ -14,11 +14,15 @@ from ._checks import (
     INDEX_DTYPES,
     SLOT_DTYPES,
     Checker,
+    Validated,
     arg_types,
     check_arg_types,
     debug_checks_enabled,
+    signature,
 )
 from ._library import declare
+
+_VALIDATED = Validated()
 
 
 def _check_slots(c: Checker, slot_mapping: Tensor, num_rows: int, num_slots: int, rows_arg: str) -> None:
@@ -47,6 +51,25 @@ def _reshape_and_cache(
     k_scale: Tensor | None = None,
     v_scale: Tensor | None = None,
 ) -> None:
+    tensors = (key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
+    call = signature("reshape_and_cache", tensors)
+    if not _VALIDATED.hit(call, key, slot_mapping):
+        _check_reshape_and_cache(*tensors)
+        _VALIDATED.remember(call)
+    facts = {"device": key.device.type, "dtype": key.dtype, "cache_dtype": key_cache.dtype}
+    backend = lowering.select("reshape_and_cache", facts)
+    backend.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
+
+
+def _check_reshape_and_cache(
+    key: Tensor,
+    value: Tensor,
+    key_cache: Tensor,
+    value_cache: Tensor,
+    slot_mapping: Tensor,
+    k_scale: Tensor | None,
+    v_scale: Tensor | None,
+) -> None:
     op = "reshape_and_cache"
     if not isinstance(key, Tensor):
         raise TypeError(f"{op}: key: expected a torch.Tensor, got {type(key).__name__}")
@@ -69,9 +92,6 @@ def _reshape_and_cache(
     c.scale("k_scale", k_scale, "key_cache", key_cache.dtype)
     c.scale("v_scale", v_scale, "value_cache", value_cache.dtype)
     _check_slots(c, slot_mapping, num_rows, num_blocks * block_size, "key")
-    facts = {"device": key.device.type, "dtype": key.dtype, "cache_dtype": key_cache.dtype}
-    backend = lowering.select("reshape_and_cache", facts)
-    backend.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
 
 
 _RESHAPE_TYPES = arg_types(

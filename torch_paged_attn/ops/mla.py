@@ -12,13 +12,17 @@ from ._checks import (
     CACHE_DTYPES,
     FLOAT_DTYPES,
     Checker,
+    Validated,
     arg_types,
     check_arg_types,
     check_batch,
     debug_check_batch,
     debug_checks_enabled,
+    signature,
 )
 from ._library import declare
+
+_VALIDATED = Validated()
 
 
 def _check_mla_decode(
@@ -70,7 +74,10 @@ def _mla_decode(
     kv_scale: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     tensors = (q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc)
-    _check_mla_decode(*tensors, kv_scale, scale)
+    call = signature("mla_decode", (*tensors, kv_scale), (scale,))
+    if not _VALIDATED.hit(call, *tensors):
+        _check_mla_decode(*tensors, kv_scale, scale)
+        _VALIDATED.remember(call)
     num_tokens, num_heads, latent = q_latent.shape
     out = q_latent.new_empty(num_tokens, num_heads, latent)
     lse = q_latent.new_empty(num_tokens, num_heads, dtype=torch.float32)

@@ -13,11 +13,13 @@ from ._checks import (
     CACHE_DTYPES,
     FLOAT_DTYPES,
     Checker,
+    Validated,
     arg_types,
     check_arg_types,
     check_batch,
     debug_check_batch,
     debug_checks_enabled,
+    signature,
 )
 from ._library import declare
 
@@ -84,25 +86,23 @@ def _check_paged_attention(
     return c
 
 
-# Keyword options of a call, passed through to the backend unchanged.
-_OPTION_NAMES = (
-    "scale",
-    "causal",
-    "window_left",
-    "window_right",
-    "softcap",
-    "alibi_slopes",
-    "sinks",
-    "k_scale",
-    "v_scale",
-    "attention_chunk_size",
-    "max_query_len",
-)
+_VALIDATED = Validated()
 
 
-def _options(args: dict) -> dict:
-    """The options of one call, picked from the op body's ``locals()`` (its arguments)."""
-    return {name: args[name] for name in _OPTION_NAMES}
+def _signature(op: str, tensors: tuple, extra: tuple, options: dict) -> tuple | None:
+    """Everything ``_check_paged_attention`` (and the out form's checks of ``extra``) reads."""
+    return signature(
+        op,
+        (*tensors, *extra, options["alibi_slopes"], options["sinks"], options["k_scale"], options["v_scale"]),
+        (
+            options["scale"],
+            options["window_left"],
+            options["window_right"],
+            options["softcap"],
+            options["attention_chunk_size"],
+            options["max_query_len"],
+        ),
+    )
 
 
 def _block_row_major(cache: Tensor) -> bool:
@@ -169,9 +169,24 @@ def _paged_attention(
     max_query_len: int = -1,
     return_lse: bool = False,
 ) -> tuple[Tensor, Tensor]:
-    options = _options(locals())
+    options = {
+        "scale": scale,
+        "causal": causal,
+        "window_left": window_left,
+        "window_right": window_right,
+        "softcap": softcap,
+        "alibi_slopes": alibi_slopes,
+        "sinks": sinks,
+        "k_scale": k_scale,
+        "v_scale": v_scale,
+        "attention_chunk_size": attention_chunk_size,
+        "max_query_len": max_query_len,
+    }
     tensors = (query, key_cache, value_cache, block_table, seq_lens, query_start_loc)
-    _check_paged_attention("paged_attention", *tensors, options)
+    call = _signature("paged_attention", tensors, (), options)
+    if not _VALIDATED.hit(call, *tensors):
+        _check_paged_attention("paged_attention", *tensors, options)
+        _VALIDATED.remember(call)
     num_tokens, num_heads, _ = query.shape
     out = query.new_empty(num_tokens, num_heads, value_cache.shape[3])
     lse_shape = (num_tokens, num_heads) if return_lse else (0,)
@@ -202,13 +217,28 @@ def _paged_attention_out(
     attention_chunk_size: int = 0,
     max_query_len: int = -1,
 ) -> None:
-    options = _options(locals())
+    options = {
+        "scale": scale,
+        "causal": causal,
+        "window_left": window_left,
+        "window_right": window_right,
+        "softcap": softcap,
+        "alibi_slopes": alibi_slopes,
+        "sinks": sinks,
+        "k_scale": k_scale,
+        "v_scale": v_scale,
+        "attention_chunk_size": attention_chunk_size,
+        "max_query_len": max_query_len,
+    }
     tensors = (query, key_cache, value_cache, block_table, seq_lens, query_start_loc)
-    c = _check_paged_attention("paged_attention_out", *tensors, options)
-    num_tokens, num_heads, _ = query.shape
-    c.tensor("out", out, shape=(num_tokens, num_heads, value_cache.shape[3]), dtypes=(query.dtype,))
-    if lse is not None:
-        c.tensor("lse", lse, shape=(num_tokens, num_heads), dtypes=(torch.float32,), last_contiguous=False)
+    call = _signature("paged_attention_out", tensors, (out, lse), options)
+    if not _VALIDATED.hit(call, *tensors):
+        c = _check_paged_attention("paged_attention_out", *tensors, options)
+        num_tokens, num_heads, _ = query.shape
+        c.tensor("out", out, shape=(num_tokens, num_heads, value_cache.shape[3]), dtypes=(query.dtype,))
+        if lse is not None:
+            c.tensor("lse", lse, shape=(num_tokens, num_heads), dtypes=(torch.float32,), last_contiguous=False)
+        _VALIDATED.remember(call)
     _run(*tensors, out, lse, options)
 
 

@@ -28,7 +28,7 @@ import triton.language as tl
 
 from torch import Tensor
 
-from ._launch import launch
+from ._launch import cdiv, launch, next_power_of_2
 
 _FLOAT = (torch.bfloat16, torch.float16, torch.float32)
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -252,7 +252,7 @@ def _cache_write_kernel(
 
 
 def _rows_per_tile(width: int) -> int:
-    return max(1, _TILE_ELEMENTS // triton.next_power_of_2(width))
+    return max(1, _TILE_ELEMENTS // next_power_of_2(width))
 
 
 def reshape_and_cache(
@@ -277,7 +277,7 @@ def reshape_and_cache(
     num_blocks, block_size = key_cache.shape[0], key_cache.shape[1]
     fp8 = key_cache.dtype in _FP8
     block_r = _rows_per_tile(max(head_size, head_size_v))
-    grid = (triton.cdiv(num_tokens * num_heads, block_r),)
+    grid = (cdiv(num_tokens * num_heads, block_r),)
     launch(_cache_write_kernel, grid, key_cache)(
         a_ptr=key,
         b_ptr=value,
@@ -303,8 +303,8 @@ def reshape_and_cache(
         NUM_HEADS=num_heads,
         DA=head_size,
         DB=head_size_v,
-        BLOCK_DA=triton.next_power_of_2(head_size),
-        BLOCK_DB=triton.next_power_of_2(head_size_v),
+        BLOCK_DA=next_power_of_2(head_size),
+        BLOCK_DB=next_power_of_2(head_size_v),
         BLOCK_R=block_r,
         MLA=False,
         FP8=fp8,
@@ -331,7 +331,7 @@ def concat_and_cache_mla(
     num_blocks, block_size = kv_cache.shape[0], kv_cache.shape[1]
     fp8 = kv_cache.dtype in _FP8
     block_r = _rows_per_tile(max(latent, rope))
-    grid = (triton.cdiv(num_tokens, block_r),)
+    grid = (cdiv(num_tokens, block_r),)
     launch(_cache_write_kernel, grid, kv_cache)(
         a_ptr=kv_c,
         b_ptr=k_pe,
@@ -357,8 +357,8 @@ def concat_and_cache_mla(
         NUM_HEADS=1,
         DA=latent,
         DB=rope,
-        BLOCK_DA=triton.next_power_of_2(latent),
-        BLOCK_DB=triton.next_power_of_2(rope),
+        BLOCK_DA=next_power_of_2(latent),
+        BLOCK_DB=next_power_of_2(rope),
         BLOCK_R=block_r,
         MLA=True,
         FP8=fp8,
@@ -475,7 +475,7 @@ def gather_cache(
     head_size = kv_cache.shape[-1]
     fp8 = kv_cache.dtype in _FP8
     block_r = _rows_per_tile(head_size)
-    grid = (triton.cdiv(num_out_rows * num_heads, block_r),)
+    grid = (cdiv(num_out_rows * num_heads, block_r),)
     launch(_gather_cache_kernel, grid, out)(
         kv_cache_ptr=kv_cache,
         block_table_ptr=block_table,
@@ -499,7 +499,7 @@ def gather_cache(
         stride_out_head=out.stride(1) if four_d else 0,
         NUM_HEADS=num_heads,
         HEAD_SIZE=head_size,
-        BLOCK_D=triton.next_power_of_2(head_size),
+        BLOCK_D=next_power_of_2(head_size),
         BLOCK_R=block_r,
         HAS_STARTS=seq_starts is not None,
         FP8=fp8,

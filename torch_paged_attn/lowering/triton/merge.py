@@ -28,7 +28,7 @@ import triton.language as tl
 
 from torch import Tensor
 
-from ._launch import launch
+from ._launch import cdiv, launch, next_power_of_2
 
 _FLOAT = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -121,9 +121,9 @@ def merge_attn_states(
     num_rows = num_tokens * num_heads
     if num_rows == 0:
         return
-    block_d = triton.next_power_of_2(head_size)
+    block_d = next_power_of_2(head_size)
     block_r = max(1, _TILE_ELEMENTS // block_d)
-    grid = (triton.cdiv(num_rows, block_r),)
+    grid = (cdiv(num_rows, block_r),)
     launch(_merge_attn_states_kernel, grid, out)(
         prefix_out_ptr=prefix_out,
         prefix_lse_ptr=prefix_lse,

@@ -28,7 +28,7 @@ import triton.language as tl
 from torch import Tensor
 
 from ... import _config
-from ._launch import launch
+from ._launch import cdiv, launch, next_power_of_2
 from ._softmax import LOG2E, merge_partial, merged_to_output, softmax_step, state_to_partial
 from .paged_attention import (
     _INVARIANT_SPLIT_TOKENS,
@@ -39,6 +39,7 @@ from .paged_attention import (
     _combine_kernel,
     _dot,
     _fp16_exponent,
+    _interpreted,
     _interpreting,
     _load_block_ids,
     _load_rows,
@@ -307,21 +308,21 @@ def mla_decode(
     num_seqs, max_blocks = block_table.shape
     if num_tokens == 0 or num_heads == 0:
         return
-    num_head_groups = triton.cdiv(num_heads, _MAX_HEADS_PER_PROGRAM)
-    heads = triton.cdiv(num_heads, num_head_groups)
+    num_head_groups = cdiv(num_heads, _MAX_HEADS_PER_PROGRAM)
+    heads = cdiv(num_heads, num_head_groups)
     invariant = _config.is_batch_invariant()
     if invariant and split_tokens is None:
         split_tokens = _INVARIANT_SPLIT_TOKENS
     # Query tokens a program holds: 1 for decode (and always in batch-invariant mode), else the
     # hint or, without one, the mean tokens per sequence (a shape: exact for uniform speculative
     # batches), as far as they fit next to the heads in _MAX_BLOCK_M rows.
-    per_seq = max_query_len if max_query_len > 0 else triton.cdiv(num_tokens, max(num_seqs, 1))
+    per_seq = max_query_len if max_query_len > 0 else cdiv(num_tokens, max(num_seqs, 1))
     if invariant or per_seq <= 1:
         block_q = 1
     else:
-        fit = max(1, _MAX_BLOCK_M // triton.next_power_of_2(heads))
-        block_q = min(fit, triton.next_power_of_2(per_seq))
-    block_m = max(16, triton.next_power_of_2(heads * block_q))
+        fit = max(1, _MAX_BLOCK_M // next_power_of_2(heads))
+        block_q = min(fit, next_power_of_2(per_seq))
+    block_m = max(16, next_power_of_2(heads * block_q))
     block_q = block_m // heads if block_q > 1 else 1
     is_fp8 = kv_cache.dtype in _FP8
     tile_n, num_warps, num_stages, programs_per_sm = (_FP8_CONFIGS if is_fp8 else _CONFIGS)[block_m]
@@ -338,7 +339,10 @@ def mla_decode(
     else:  # never dereferenced: WRITE_PARTIAL is off
         part_out, part_lse = out, out
     lse_t = lse if lse is not None else out
-    lse_strides = (lse.stride(0), lse.stride(1)) if lse is not None else (0, 0)
+    lse_strides = lse.stride() if lse is not None else (0, 0)
+    # each tensor's strides fetched once (a stride(i) call costs ~1 us of host time, 2-core CI)
+    sql, sqr, skv, sbt, so = q_latent.stride(), q_rope.stride(), kv_cache.stride(), block_table.stride(), out.stride()
+    ssl, sqsl = seq_lens.stride(0), query_start_loc.stride(0)
     po_strides = part_out.stride()[:3] if write_partial else (0, 0, 0)
     pl_strides = part_lse.stride()[:2] if write_partial else (0, 0)
     grid = (num_q_blocks, num_head_groups, num_splits if write_partial else 1)
@@ -350,12 +354,12 @@ def mla_decode(
         scale=float(scale),
         split_tokens=split_tokens, num_splits=num_splits, num_tokens=num_tokens, num_seqs=num_seqs,
         num_blocks=num_blocks, max_blocks=max_blocks,
-        stride_ql_tok=q_latent.stride(0), stride_ql_head=q_latent.stride(1),
-        stride_qr_tok=q_rope.stride(0), stride_qr_head=q_rope.stride(1),
-        stride_kv_block=kv_cache.stride(0), stride_kv_slot=kv_cache.stride(1),
-        stride_bt_seq=block_table.stride(0), stride_bt_block=block_table.stride(1),
-        stride_sl=seq_lens.stride(0), stride_qsl=query_start_loc.stride(0),
-        stride_o_tok=out.stride(0), stride_o_head=out.stride(1),
+        stride_ql_tok=sql[0], stride_ql_head=sql[1],
+        stride_qr_tok=sqr[0], stride_qr_head=sqr[1],
+        stride_kv_block=skv[0], stride_kv_slot=skv[1],
+        stride_bt_seq=sbt[0], stride_bt_block=sbt[1],
+        stride_sl=ssl, stride_qsl=sqsl,
+        stride_o_tok=so[0], stride_o_head=so[1],
         stride_lse_tok=lse_strides[0], stride_lse_head=lse_strides[1],
         stride_po_tok=po_strides[0], stride_po_split=po_strides[1], stride_po_head=po_strides[2],
         stride_pl_tok=pl_strides[0], stride_pl_split=pl_strides[1],
@@ -364,24 +368,24 @@ def mla_decode(
         BLOCK_SIZE=block_size, BLOCK_M=block_m, BLOCK_Q=block_q, TILE_N=tile_n,
         CAUSAL=bool(causal), IS_FP8=is_fp8, HAS_LSE=lse is not None, WRITE_PARTIAL=write_partial,
         DOT_PRECISION="ieee" if q_latent.dtype == torch.float32 else "tf32",
-        DOT_UPCAST=_interpreting() and q_latent.dtype == torch.bfloat16,
+        DOT_UPCAST=q_latent.dtype == torch.bfloat16 and _interpreted(),
         MERGE_GROUP=1 if split_tokens == _NO_SPLIT else _MERGE_GROUP,
         num_warps=num_warps, num_stages=num_stages,
     )
     if not write_partial:
         return
     l_pad = _pad(latent)
-    block_h = max(1, min(triton.next_power_of_2(num_heads), 512 // l_pad))  # 4 x [block_h, L] in flight
-    launch(_combine_kernel, (num_tokens, triton.cdiv(num_heads, block_h)), q_latent)(
+    block_h = max(1, min(next_power_of_2(num_heads), 512 // l_pad))  # 4 x [block_h, L] in flight
+    launch(_combine_kernel, (num_tokens, cdiv(num_heads, block_h)), q_latent)(
         part_out_ptr=part_out, part_lse_ptr=part_lse, seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc,
         sinks_ptr=q_latent, v_scale_ptr=kv_scale if is_fp8 else q_latent,
         out_ptr=out, lse_ptr=lse_t,
         split_tokens=split_tokens, num_splits=num_splits, num_tokens=num_tokens, num_seqs=num_seqs,
         num_heads=num_heads,
-        stride_sl=seq_lens.stride(0), stride_qsl=query_start_loc.stride(0),
+        stride_sl=ssl, stride_qsl=sqsl,
         stride_po_tok=po_strides[0], stride_po_split=po_strides[1], stride_po_head=po_strides[2],
         stride_pl_tok=pl_strides[0], stride_pl_split=pl_strides[1],
-        stride_o_tok=out.stride(0), stride_o_head=out.stride(1),
+        stride_o_tok=so[0], stride_o_head=so[1],
         stride_lse_tok=lse_strides[0], stride_lse_head=lse_strides[1],
         HEAD_SIZE_V=latent, DV_PAD=l_pad, BLOCK_H=block_h,
         HAS_SINKS=False, IS_FP8=is_fp8, HAS_LSE=lse is not None, MERGE_GROUP=_MERGE_GROUP,

@@ -31,7 +31,7 @@ import triton.language as tl
 from torch import Tensor
 
 from ... import _config
-from ._launch import launch
+from ._launch import cdiv, launch, next_power_of_2
 from ._softmax import LOG2E, merge_partial, merged_to_output, softmax_step, state_to_partial
 
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -87,6 +87,12 @@ _NO_LIMIT = tl.constexpr(2**29)
 
 def _interpreting() -> bool:  # read per call, as Triton reads it per launch
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _interpreted() -> bool:
+    """True when triton.jit produced interpreter functions (TRITON_INTERPRET=1 when the kernels
+    were defined): no environment read on the launch path."""
+    return not isinstance(_attention_kernel, triton.runtime.jit.JITFunction)
 
 
 @functools.lru_cache(maxsize=None)
@@ -496,7 +502,7 @@ def _load_partial(pl_ptr, po_ptr, k, left, stride_pl_split, stride_po_split, hea
 
 
 def _pad(size: int) -> int:
-    return max(16, triton.next_power_of_2(size))
+    return max(16, next_power_of_2(size))
 
 
 def _plan_splits(
@@ -512,13 +518,13 @@ def _plan_splits(
     """
     if split_tokens is None:
         slots = _num_sms(device) * programs_per_sm
-        splits = min(slots // max(programs_per_split, 1), triton.cdiv(capacity, _MIN_SPLIT_TILES * tile_n))
+        splits = min(slots // max(programs_per_split, 1), cdiv(capacity, _MIN_SPLIT_TILES * tile_n))
         splits = min(splits, _WORKSPACE_BYTES // max(partial_bytes_per_split, 1))
         if splits <= 1:
             return _NO_SPLIT, 1, False
-        split_tokens = triton.cdiv(capacity, splits)
-    split_tokens = triton.cdiv(split_tokens, tile_n) * tile_n
-    num_splits = max(triton.cdiv(capacity, split_tokens), 1)
+        split_tokens = cdiv(capacity, splits)
+    split_tokens = cdiv(split_tokens, tile_n) * tile_n
+    num_splits = max(cdiv(capacity, split_tokens), 1)
     write_partial = num_splits * partial_bytes_per_split <= _WORKSPACE_BYTES
     return split_tokens, num_splits, write_partial
 
@@ -545,8 +551,8 @@ def paged_attention(
     if num_tokens == 0 or num_heads == 0:
         return
     group = num_heads // num_kv_heads
-    num_head_groups = triton.cdiv(group, _MAX_HEADS_PER_PROGRAM)
-    heads = triton.cdiv(group, num_head_groups)
+    num_head_groups = cdiv(group, _MAX_HEADS_PER_PROGRAM)
+    heads = cdiv(group, num_head_groups)
     invariant = _config.is_batch_invariant()
     if invariant and split_tokens is None:
         split_tokens = _INVARIANT_SPLIT_TOKENS
@@ -556,7 +562,7 @@ def paged_attention(
     block_m, tile_n, num_warps, num_stages, programs_per_sm = configs[max(d_pad, dv_pad)]
     if not decode and max_query_len > 0:  # short queries (speculative decoding): fewer empty rows
         block_m = min(block_m, _pad(max_query_len * heads))
-    block_m = max(block_m, triton.next_power_of_2(heads))
+    block_m = max(block_m, next_power_of_2(heads))
     block_q = block_m // heads
     num_q_blocks = num_tokens // block_q + num_seqs + 1
     busy_q_blocks = min(num_tokens // block_q + num_seqs, num_tokens)
@@ -573,7 +579,10 @@ def paged_attention(
         part_out, part_lse = out, out
     unbounded = 1 << 29  # a window side of -1 reaches every position below 2^28
     lse_t = lse if lse is not None else out
-    lse_strides = (lse.stride(0), lse.stride(1)) if lse is not None else (0, 0)
+    lse_strides = lse.stride() if lse is not None else (0, 0)
+    # each tensor's strides fetched once (a stride(i) call costs ~1 us of host time, 2-core CI)
+    sq, skc, svc, sbt, so = query.stride(), key_cache.stride(), value_cache.stride(), block_table.stride(), out.stride()
+    ssl, sqsl = seq_lens.stride(0), query_start_loc.stride(0)
     grid = (num_q_blocks, num_kv_heads * num_head_groups, num_splits if write_partial else 1)
     po_strides = part_out.stride()[:3] if write_partial else (0, 0, 0)
     pl_strides = part_lse.stride()[:2] if write_partial else (0, 0)
@@ -591,13 +600,12 @@ def paged_attention(
         chunk_size=max(attention_chunk_size, 1),
         split_tokens=split_tokens, num_splits=num_splits, num_tokens=num_tokens, num_seqs=num_seqs,
         num_blocks=num_blocks, max_blocks=max_blocks,
-        stride_q_tok=query.stride(0), stride_q_head=query.stride(1),
-        stride_kc_block=key_cache.stride(0), stride_kc_slot=key_cache.stride(1), stride_kc_head=key_cache.stride(2),
-        stride_vc_block=value_cache.stride(0), stride_vc_slot=value_cache.stride(1),
-        stride_vc_head=value_cache.stride(2),
-        stride_bt_seq=block_table.stride(0), stride_bt_block=block_table.stride(1),
-        stride_sl=seq_lens.stride(0), stride_qsl=query_start_loc.stride(0),
-        stride_o_tok=out.stride(0), stride_o_head=out.stride(1),
+        stride_q_tok=sq[0], stride_q_head=sq[1],
+        stride_kc_block=skc[0], stride_kc_slot=skc[1], stride_kc_head=skc[2],
+        stride_vc_block=svc[0], stride_vc_slot=svc[1], stride_vc_head=svc[2],
+        stride_bt_seq=sbt[0], stride_bt_block=sbt[1],
+        stride_sl=ssl, stride_qsl=sqsl,
+        stride_o_tok=so[0], stride_o_head=so[1],
         stride_lse_tok=lse_strides[0], stride_lse_head=lse_strides[1],
         stride_po_tok=po_strides[0], stride_po_split=po_strides[1], stride_po_head=po_strides[2],
         stride_pl_tok=pl_strides[0], stride_pl_split=pl_strides[1],
@@ -608,23 +616,23 @@ def paged_attention(
         USE_SOFTCAP=softcap > 0, USE_ALIBI=alibi_slopes is not None, HAS_SINKS=sinks is not None,
         IS_FP8=is_fp8, HAS_LSE=lse is not None, WRITE_PARTIAL=write_partial,
         DOT_PRECISION="ieee" if query.dtype == torch.float32 else "tf32",
-        DOT_UPCAST=_interpreting() and query.dtype == torch.bfloat16,
+        DOT_UPCAST=query.dtype == torch.bfloat16 and _interpreted(),
         MERGE_GROUP=1 if split_tokens == _NO_SPLIT else _MERGE_GROUP,
         num_warps=num_warps, num_stages=num_stages,
     )
     if not write_partial:
         return
-    block_h = max(1, min(triton.next_power_of_2(num_heads), 512 // dv_pad))  # 4 x [block_h, Dv] in flight
-    launch(_combine_kernel, (num_tokens, triton.cdiv(num_heads, block_h)), query)(
+    block_h = max(1, min(next_power_of_2(num_heads), 512 // dv_pad))  # 4 x [block_h, Dv] in flight
+    launch(_combine_kernel, (num_tokens, cdiv(num_heads, block_h)), query)(
         part_out_ptr=part_out, part_lse_ptr=part_lse, seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc,
         sinks_ptr=sinks if sinks is not None else query, v_scale_ptr=v_scale if is_fp8 else query,
         out_ptr=out, lse_ptr=lse_t,
         split_tokens=split_tokens, num_splits=num_splits, num_tokens=num_tokens, num_seqs=num_seqs,
         num_heads=num_heads,
-        stride_sl=seq_lens.stride(0), stride_qsl=query_start_loc.stride(0),
+        stride_sl=ssl, stride_qsl=sqsl,
         stride_po_tok=po_strides[0], stride_po_split=po_strides[1], stride_po_head=po_strides[2],
         stride_pl_tok=pl_strides[0], stride_pl_split=pl_strides[1],
-        stride_o_tok=out.stride(0), stride_o_head=out.stride(1),
+        stride_o_tok=so[0], stride_o_head=so[1],
         stride_lse_tok=lse_strides[0], stride_lse_head=lse_strides[1],
         HEAD_SIZE_V=head_size_v, DV_PAD=dv_pad, BLOCK_H=block_h,
         HAS_SINKS=sinks is not None, IS_FP8=is_fp8, HAS_LSE=lse is not None, MERGE_GROUP=_MERGE_GROUP,

@@ -1,0 +1,437 @@
+"""The cached Triton launcher (``lowering/triton/_launch.py``).
+
+CPU tier (any machine with triton): the launcher's key never merges two calls that Triton
+specialises differently (checked against Triton's own binder, ``native_specialize_impl``, over
+ints around every boundary, tensors at every alignment, None, bools, floats and constexprs of
+each class), the hit / miss logic on a stand-in kernel (a cached call passes every argument in
+signature order to the binary's launcher, a new specialisation goes back to ``kernel[grid]``),
+and which calls may take the cached path at all.
+
+GPU tier (CUDA, TRITON_INTERPRET unset, a Triton whose protocol is implemented): every Triton
+kernel of the package, through the public ops, with the cached launcher in check mode (Triton is
+asked at each cached launch which binary it would run) against ``kernel[grid]``, bitwise, over
+dtypes, alignments (views offset by one element) and sizes of 1 and multiples of 16; a second
+specialisation compiles a second binary; CUDA-graph capture and replay equal eager.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton")
+
+import torch_paged_attn  # noqa: E402
+from torch_paged_attn.lowering.triton import _launch  # noqa: E402
+from torch_paged_attn.testing import make_paged_batch  # noqa: E402
+
+import triton.language as tl  # noqa: E402
+from triton.runtime.jit import JITFunction, create_function_from_signature  # noqa: E402
+
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+_CUDA = torch.cuda.is_available() and not _INTERPRET
+gpu_tier = pytest.mark.skipif(not _CUDA, reason="needs CUDA (and TRITON_INTERPRET unset)")
+
+
+def _kernel_fn(x_ptr, y_ptr, n, m, scale, flag, BLOCK: tl.constexpr, MODE: tl.constexpr = "a"):
+    pass
+
+
+def _jit(**options) -> JITFunction:
+    """A JITFunction over ``_kernel_fn`` whatever TRITON_INTERPRET says (never compiled here)."""
+    return JITFunction(_kernel_fn, **options)
+
+
+def _triton_key(kernel: JITFunction, kwargs: dict) -> tuple:
+    """Triton's own in-memory cache key inputs for these arguments: (specialisation, options)."""
+    from triton.backends.compiler import BaseBackend
+
+    binder = create_function_from_signature(kernel.signature, kernel.params, BaseBackend)
+    _, specialization, options = binder(**kwargs)
+    return str(specialization), str(options)
+
+
+_BUF = torch.zeros(64, dtype=torch.float32)
+_INTS = (0, 1, 2, 15, 16, 17, 32, -1, -16, 2**31 - 16, 2**31 - 1, 2**31, 2**31 + 16, -(2**31), -(2**31) - 16,
+         2**62, 2**63, 2**63 + 16)
+
+
+def _calls():
+    """Argument sets covering every specialisation class of each parameter kind."""
+    pointers = (None, _BUF, _BUF[1:], _BUF[4:], _BUF.to(torch.float16), _BUF.to(torch.float16)[8:])
+    for x, n, m in itertools.product(pointers, _INTS, (1, 16, 7, 2**31)):
+        yield dict(x_ptr=x, y_ptr=_BUF, n=n, m=m, scale=0.5, flag=3, BLOCK=16, num_warps=4)
+    for scale, flag, block, mode in itertools.product(
+        (0.5, 1.0, 1, 16, True), (3, 1, True, False, 1.0), (16, 16.0, True, 1, 1.0, "16"), ("a", "b")
+    ):
+        yield dict(x_ptr=_BUF, y_ptr=None, n=16, m=16, scale=scale, flag=flag, BLOCK=block, MODE=mode, num_warps=4)
+    for warps, stages in itertools.product((4, 8), (None, 2, 3)):
+        options = {"num_warps": warps} | ({"num_stages": stages} if stages else {})
+        yield dict(x_ptr=_BUF, y_ptr=_BUF, n=16, m=16, scale=0.5, flag=3, BLOCK=16, **options)
+
+
+@pytest.mark.parametrize("dns", [(), ("n",), ("n", "x_ptr")], ids=["specialized", "dns_n", "dns_n_x"])
+def test_key_never_merges_two_triton_specialisations(dns) -> None:
+    kernel = _jit(do_not_specialize=list(dns))
+    fast = _launch.FastLauncher(kernel, current_device=lambda: 0, current_stream=lambda d: 0)
+    calls = list(_calls())
+    fast._generate(calls[0])
+    by_key: dict[tuple, tuple] = {}
+    n_keys = 0
+    for kwargs in calls:
+        key = fast._key(kwargs)
+        if key is None:  # a scalar of another Python class than the first call's: slow path
+            assert any(type(kwargs[n]) is not type(calls[0][n]) for n in ("n", "m", "scale", "flag", "BLOCK", "MODE")
+                       if n in kwargs and n in calls[0])
+            continue
+        triton_key = _triton_key(kernel, kwargs)
+        seen = by_key.setdefault(key, triton_key)
+        assert seen == triton_key, f"{kwargs}: key {key} also stands for Triton's {seen}, not {triton_key}"
+        n_keys += 1
+    assert n_keys > 100 and len(by_key) > 20
+
+
+def test_key_is_as_coarse_as_triton_for_repeated_decode_values() -> None:
+    """Values that change every decode step but not Triton's specialisation keep one key."""
+    fast = _launch.FastLauncher(_jit(do_not_specialize=["n"]), current_device=lambda: 0, current_stream=lambda d: 0)
+    base = dict(x_ptr=_BUF, y_ptr=_BUF, n=5, m=32, scale=0.5, flag=3, BLOCK=16, num_warps=4)
+    fast._generate(base)
+    other = dict(base, x_ptr=_BUF[16:], n=7, m=48, scale=0.25, flag=9)
+    assert fast._key(base) == fast._key(other)
+
+
+class _Compiled:
+    """Stands in for a CompiledKernel: records the launches of its ``run``."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.function = f"function-{name}"
+        self.packed_metadata = (4, 1, 0)
+        self.launches: list[tuple] = []
+        self.run = lambda *args: self.launches.append(args)
+
+
+class _StandIn(JITFunction):
+    """A JITFunction whose ``kernel[grid]`` hands out one _Compiled per Triton specialisation."""
+
+    def __init__(self):
+        super().__init__(_kernel_fn)
+        self.binaries: dict[tuple, _Compiled] = {}
+        self.slow_calls = 0
+
+    def __getitem__(self, grid):
+        def run(**kwargs):
+            self.slow_calls += 1
+            compiled = self._choose(kwargs)
+            compiled.launches.append(("slow", grid))
+            return compiled
+
+        return run
+
+    def _choose(self, kwargs):
+        key = _triton_key(self, kwargs)
+        return self.binaries.setdefault(key, _Compiled(str(len(self.binaries))))
+
+    def run(self, *, grid, warmup, **kwargs):
+        assert warmup
+        return self._choose(kwargs)
+
+
+def test_cached_launch_passes_every_argument_in_order() -> None:
+    kernel = _StandIn()
+    fast = _launch.FastLauncher(kernel, current_device=lambda: 0, current_stream=lambda d: 1234)
+    y = torch.zeros(8)
+    args = dict(x_ptr=_BUF, y_ptr=y, n=33, m=16, scale=0.5, flag=3, BLOCK=16, num_warps=4)
+    first = fast.bind((5,))(**args)
+    assert kernel.slow_calls == 1 and first.launches == [("slow", (5,))]
+    again = fast.bind((5, 2))(**dict(args, n=35))  # same specialisation: cached
+    assert again is first and kernel.slow_calls == 1
+    assert again.launches[-1] == (5, 2, 1, 1234, "function-0", (4, 1, 0), None, None, None,
+                                  _BUF, y, 35, 16, 0.5, 3, 16, "a")
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        dict(x_ptr=_BUF[1:]),  # alignment
+        dict(x_ptr=_BUF.to(torch.float16)),  # dtype
+        dict(y_ptr=None),  # None
+        dict(n=1),  # == 1 is a constexpr
+        dict(m=17),  # % 16
+        dict(n=2**31 + 1),  # i64
+        dict(flag=True),  # bool
+        dict(scale=1),  # int where a float was
+        dict(BLOCK=32),  # constexpr value
+        dict(BLOCK=True),  # constexpr class
+        dict(MODE="b"),  # default overridden
+        dict(num_warps=8),  # option
+    ],
+    ids=lambda c: "-".join(c),
+)
+def test_new_specialisation_goes_back_to_triton(change) -> None:
+    kernel = _StandIn()
+    fast = _launch.FastLauncher(kernel, current_device=lambda: 0, current_stream=lambda d: 0)
+    args = dict(x_ptr=_BUF, y_ptr=_BUF, n=33, m=16, scale=0.5, flag=3, BLOCK=16, num_warps=4)
+    first = fast.bind((1,))(**args)
+    second = fast.bind((1,))(**dict(args, **change))
+    assert kernel.slow_calls == 2, "a new specialisation must go through kernel[grid]"
+    assert second is not first and len(kernel.binaries) == 2
+    # a scalar of another Python class than the first call's always takes the slow path
+    cached = fast._key(dict(args, **change)) is not None
+    assert fast.bind((1,))(**dict(args, **change)) is second
+    assert fast.bind((1,))(**args) is first
+    assert kernel.slow_calls == (2 if cached else 3)
+
+
+def test_devices_have_their_own_entries() -> None:
+    kernel = _StandIn()
+    device = [0]
+    fast = _launch.FastLauncher(kernel, current_device=lambda: device[0], current_stream=lambda d: 0)
+    args = dict(x_ptr=_BUF, y_ptr=_BUF, n=33, m=16, scale=0.5, flag=3, BLOCK=16, num_warps=4)
+    fast.bind((1,))(**args)
+    device[0] = 1
+    fast.bind((1,))(**args)
+    assert kernel.slow_calls == 2
+
+
+def test_check_mode_catches_a_wrong_binary() -> None:
+    kernel = _StandIn()
+    fast = _launch.FastLauncher(kernel, current_device=lambda: 0, current_stream=lambda d: 0)
+    args = dict(x_ptr=_BUF, y_ptr=_BUF, n=33, m=16, scale=0.5, flag=3, BLOCK=16, num_warps=4)
+    fast.bind((1,), check=True)(**args)
+    fast.bind((1,), check=True)(**args)  # Triton agrees
+    key = fast._key(args)
+    fast.cache[0, key] = (lambda *a: None, "f", (4, 1, 0), _Compiled("wrong"))
+    with pytest.raises(RuntimeError, match="not the one Triton chooses"):
+        fast.bind((1,), check=True)(**args)
+
+
+def test_hooks_and_debug_disable_the_cached_path(monkeypatch) -> None:
+    from triton import knobs
+
+    fast = _launch.FastLauncher(_jit(), current_device=lambda: 0, current_stream=lambda d: 0)
+    assert fast.idle()
+    hook = knobs.runtime.launch_enter_hook
+    if hasattr(hook, "add"):
+        hook.add(print)
+        try:
+            assert not fast.idle()
+        finally:
+            hook.remove(print)
+    else:
+        monkeypatch.setattr(knobs.runtime, "launch_enter_hook", print)
+        assert not fast.idle()
+        monkeypatch.undo()
+    monkeypatch.setattr(knobs.runtime, "debug", True)
+    assert not fast.idle()
+    monkeypatch.undo()
+    fast.kernel.add_pre_run_hook(lambda *a, **k: None)
+    assert not fast.idle()
+
+
+def test_which_calls_may_take_the_cached_path(monkeypatch) -> None:
+    kernel = _jit()
+    # CPU tensors: the kernel's own launcher
+    assert not isinstance(_launch.launch(kernel, (1,), _BUF), _launch.functools.partial)
+    # a fake tensor (tracing): wrap_triton
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode:
+        fake = mode.from_tensor(_BUF)
+    assert type(_launch.launch(kernel, (1,), fake)).__name__ == "TraceableTritonKernelWrapper"
+    # protocols: only the versions read from source; never the interpreter's functions
+    monkeypatch.setattr(_launch, "_PROTOCOL_VERSIONS", ())
+    assert _launch._fast_launcher(_jit()) is None
+    monkeypatch.setattr(_launch, "_PROTOCOL_VERSIONS", (".".join(triton.__version__.split(".")[:2]),))
+    assert isinstance(_launch._fast_launcher(_jit()), _launch.FastLauncher)
+    from triton.runtime.interpreter import InterpretedFunction
+
+    assert _launch._fast_launcher(InterpretedFunction(_kernel_fn)) is None
+    # the switch
+    for value, mode in (("0", "0"), ("", "0"), ("1", "1"), ("check", "check")):
+        monkeypatch.setenv("TORCH_PAGED_ATTN_FAST_LAUNCH", value)
+        assert _launch.fast_launch_mode() == mode
+
+
+def test_host_integer_helpers_match_triton() -> None:
+    for n in range(-3, 3000):
+        assert _launch.next_power_of_2(n) == triton.next_power_of_2(n)
+        for d in (1, 3, 16, 1000):
+            assert _launch.cdiv(n, d) == triton.cdiv(n, d)
+
+
+# -- GPU tier ------------------------------------------------------------------------------------
+
+
+def _offset_view(t: torch.Tensor, offset: int) -> torch.Tensor:
+    """``t``'s values in a fresh buffer starting ``offset`` elements in (so ``offset = 1`` moves the
+    address off 16-byte alignment); same shape and strides."""
+    flat = torch.empty(t.numel() + offset, dtype=t.dtype, device=t.device)
+    view = flat[offset:].view(t.shape)
+    view.copy_(t)
+    return view
+
+
+def _op_calls(dtype: torch.dtype, offset: int, num_seqs: int, device: str = "cuda"):
+    """One call of every public op (every Triton kernel of the package: attention and its split-KV
+    combine, MLA, cache writes, gather, merge), inputs offset by ``offset`` elements; returns
+    ``{name: fn}`` whose results are tensors to compare."""
+    q_lens = [1] * num_seqs
+    kv_lens = [16 * (i + 1) + (i % 3) for i in range(num_seqs)]
+    batch = make_paged_batch(q_lens, kv_lens, num_heads=8, num_kv_heads=2, head_size=64, dtype=dtype,
+                             device=device, seed=num_seqs + offset, nan_uncovered=False)
+    q = _offset_view(batch.query, offset)
+    args = (q, batch.key_cache, batch.value_cache, batch.block_table, batch.seq_lens, batch.query_start_loc)
+    prefill = make_paged_batch([num_seqs + 2, 3], [num_seqs + 40, 20], num_heads=8, num_kv_heads=2, head_size=64,
+                               dtype=dtype, device=device, seed=7 + offset, nan_uncovered=False)
+    pargs = (_offset_view(prefill.query, offset),) + prefill.args()[1:]
+    g = torch.Generator(device="cpu").manual_seed(offset)
+    T, H, D = num_seqs, 8, 64
+
+    def rnd(*shape, dt=dtype):
+        return _offset_view(torch.randn(*shape, generator=g).to(device=device, dtype=dt), offset)
+
+    L, R = 64, 16
+    mla_cache = rnd(8, 16, L + R)
+    bt = torch.arange(8, dtype=torch.int32, device=device).view(1, 8).repeat(num_seqs, 1)[:, :4].contiguous()
+    lens = torch.full((num_seqs,), 50, dtype=torch.int32, device=device)
+    qsl = torch.arange(num_seqs + 1, dtype=torch.int32, device=device)
+    slots = torch.randperm(8 * 16, generator=g)[:T].to(device)
+
+    key, value, kv_c, k_pe = rnd(T, 2, D), rnd(T, 2, D), rnd(T, L), rnd(T, R)
+    q_latent, q_rope = rnd(T, H, L), rnd(T, H, R)
+    cu = torch.tensor([0, 16, 40], dtype=torch.int32, device=device)
+    table = torch.tensor([[3, 1, 0, 2], [7, 6, 5, 4]], dtype=torch.int32, device=device)
+    po, so = rnd(T, H, D), rnd(T, H, D)
+    pl, sl = rnd(T, H, dt=torch.float32), rnd(T, H, dt=torch.float32)
+    # every input exists before the calls: they allocate outputs only, so CUDA graphs capture them
+
+    def reshape_and_cache():
+        kc, vc = batch.key_cache.clone(), batch.value_cache.clone()
+        torch_paged_attn.reshape_and_cache(key, value, kc, vc, slots)
+        return kc, vc
+
+    def concat_and_cache_mla():
+        cache = mla_cache.clone()
+        torch_paged_attn.concat_and_cache_mla(kv_c, k_pe, cache, slots)
+        return (cache,)
+
+    def gather_cache():
+        out = torch.zeros(48, L + R, dtype=dtype, device=device)
+        torch_paged_attn.gather_cache(mla_cache, table, cu, None, out)
+        return (out,)
+
+    return {
+        "decode": lambda: torch_paged_attn.paged_attention(*args, return_lse=True, max_query_len=1),
+        "decode_split": lambda: _split_decode(args),
+        "prefill": lambda: torch_paged_attn.paged_attention(*pargs, return_lse=True),
+        "mla": lambda: torch_paged_attn.mla_decode(q_latent, q_rope, mla_cache, bt, lens, qsl, scale=0.1),
+        "reshape_and_cache": reshape_and_cache,
+        "concat_and_cache_mla": concat_and_cache_mla,
+        "gather_cache": gather_cache,
+        "merge": lambda: torch_paged_attn.merge_attn_states(po, pl, so, sl),
+    }
+
+
+def _split_decode(args):
+    """The attention kernel's split-KV form plus its combine kernel, forced."""
+    from torch_paged_attn.lowering.triton import paged_attention as tpa
+
+    q, kc, vc = args[:3]
+    out = torch.empty(q.shape[0], q.shape[1], vc.shape[3], dtype=q.dtype, device=q.device)
+    lse = torch.empty(q.shape[0], q.shape[1], dtype=torch.float32, device=q.device)
+    tpa.paged_attention(*args, out, lse, scale=1 / math.sqrt(q.shape[2]), causal=True, window_left=-1,
+                        window_right=-1, softcap=0.0, alibi_slopes=None, sinks=None, k_scale=None, v_scale=None,
+                        attention_chunk_size=0, max_query_len=1, split_tokens=16)
+    return out, lse
+
+
+def _results(fn) -> list[torch.Tensor]:
+    out = fn()
+    out = out if isinstance(out, tuple) else (out,)
+    torch.cuda.synchronize()
+    return [t.clone() for t in out]
+
+
+def _fast_launchers():
+    from torch_paged_attn.lowering.triton import kv_cache, merge, mla, paged_attention
+
+    kernels = (paged_attention._attention_kernel, paged_attention._combine_kernel, mla._mla_kernel,
+               mla._combine_kernel, kv_cache._cache_write_kernel, kv_cache._gather_cache_kernel,
+               merge._merge_attn_states_kernel)
+    return {k.fn.__name__ + "@" + k.fn.__module__.rsplit(".", 1)[-1]: _launch._fast_launcher(k) for k in kernels}
+
+
+def _protocol_or_skip() -> None:
+    version = ".".join(triton.__version__.split(".")[:2])
+    if version not in _launch._PROTOCOL_VERSIONS:
+        pytest.skip(f"the cached launcher is off on triton {triton.__version__}")
+
+
+@gpu_tier
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+def test_every_kernel_fast_equals_kernel_grid_cuda(dtype, monkeypatch) -> None:
+    _protocol_or_skip()
+    for num_seqs, offset in itertools.product((1, 16, 5), (0, 1, 8)):
+        calls = _op_calls(dtype, offset, num_seqs)
+        for name, fn in calls.items():
+            monkeypatch.setenv("TORCH_PAGED_ATTN_FAST_LAUNCH", "0")
+            expected = _results(fn)
+            monkeypatch.setenv("TORCH_PAGED_ATTN_FAST_LAUNCH", "check")
+            for _ in range(2):  # the first call fills the cache, the second launches from it
+                got = _results(fn)
+                for e, g in zip(expected, got):
+                    assert torch.equal(e.view(torch.uint8), g.view(torch.uint8)), (name, num_seqs, offset)
+    launchers = _fast_launchers()
+    unused = [name for name, fast in launchers.items() if fast is None or not fast.cache]
+    assert not unused, f"kernels never launched through the cached launcher: {unused}"
+
+
+@gpu_tier
+def test_second_specialisation_compiles_its_own_binary_cuda(monkeypatch) -> None:
+    """A misaligned call after an aligned one gets its own binary (Triton's), not the cached one."""
+    _protocol_or_skip()
+    monkeypatch.setenv("TORCH_PAGED_ATTN_FAST_LAUNCH", "check")
+    from torch_paged_attn.lowering.triton import merge
+
+    fast = _launch._fast_launcher(merge._merge_attn_states_kernel)
+    fast.cache.clear()
+    binaries = []
+    for offset in (0, 1):  # 16-byte aligned inputs, then inputs one element off
+        fn = _op_calls(torch.float32, offset, 16)["merge"]
+        got = _results(fn)
+        got_cached = _results(fn)
+        binaries.append({entry[3] for entry in fast.cache.values()})
+        monkeypatch.setenv("TORCH_PAGED_ATTN_FAST_LAUNCH", "0")
+        expected = _results(fn)
+        monkeypatch.setenv("TORCH_PAGED_ATTN_FAST_LAUNCH", "check")
+        for e, g, c in zip(expected, got, got_cached):
+            assert torch.equal(e, g) and torch.equal(e, c)
+    assert len(binaries[0]) == 1 and len(binaries[1]) == 2, "the misaligned call reused the aligned binary"
+
+
+@gpu_tier
+def test_cuda_graph_replay_with_fast_launch_equals_eager_cuda(monkeypatch) -> None:
+    _protocol_or_skip()
+    monkeypatch.setenv("TORCH_PAGED_ATTN_FAST_LAUNCH", "1")
+    calls = _op_calls(torch.bfloat16, 0, 5)
+    for name, fn in calls.items():
+        expected = _results(fn)  # eager, fills the cache
+        _results(fn)  # eager from the cache
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            fn()  # warm-up on the side stream
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static = fn()
+        static = static if isinstance(static, tuple) else (static,)
+        graph.replay()
+        torch.cuda.synchronize()
+        for e, g in zip(expected, static):
+            assert torch.equal(e.view(torch.uint8), g.view(torch.uint8)), name
