@@ -44,6 +44,11 @@ from torch import Tensor
 
 from .ops import merge_attn_states_n, mla_decode, paged_attention
 
+# The single-tensor gather and reduce-scatter were named all_gather_tensor / reduce_scatter_tensor
+# before torch 2.12 (still there, deprecated, in 2.13).
+_all_gather = getattr(funcol, "all_gather_single", None) or funcol.all_gather_tensor
+_reduce_scatter = getattr(funcol, "reduce_scatter_single", None) or funcol.reduce_scatter_tensor
+
 __all__ = [
     "DCPGroup",
     "LocalMetadata",
@@ -217,7 +222,7 @@ def _wait(t: Tensor) -> Tensor:
 
 def _gather_lses(lse: Tensor, dcp: DCPGroup) -> Tensor:
     """Every rank's ``[T, H]`` LSE as ``[W, T, H]`` (rank order)."""
-    gathered = _wait(funcol.all_gather_single(lse.contiguous(), 0, dcp.group))
+    gathered = _wait(_all_gather(lse.contiguous(), 0, dcp.group))
     return gathered.view(dcp.world_size, *lse.shape)
 
 
@@ -253,7 +258,7 @@ def combine_attn_states(
             outs = _wait(funcol.all_to_all_single(outs, None, None, dcp.group))
             lses = _wait(funcol.all_to_all_single(lses, None, None, dcp.group))
         else:
-            outs = _wait(funcol.all_gather_single(out.contiguous(), 0, dcp.group)).view(world, *out.shape)
+            outs = _wait(_all_gather(out.contiguous(), 0, dcp.group)).view(world, *out.shape)
             lses = _gather_lses(lse, dcp)
         return merge_attn_states_n(outs, lses)
     if method != "reduce":
@@ -269,7 +274,7 @@ def combine_attn_states(
     # an empty part's output may be garbage: select, do not multiply by 0
     part = torch.where((factor > 0)[..., None], out.float() * factor[..., None], 0.0)
     if scatter_heads:
-        merged = _wait(funcol.reduce_scatter_single(part, "sum", 1, dcp.group))
+        merged = _wait(_reduce_scatter(part, "sum", 1, dcp.group))
         lse_all = lse_all[:, rank * local_heads : (rank + 1) * local_heads]
     else:
         merged = _wait(funcol.all_reduce(part, "sum", dcp.group))
@@ -281,7 +286,7 @@ def combine_attn_states(
 
 def _gather_heads(x: Tensor, dcp: DCPGroup) -> Tensor:
     """``[T, H/W, ...]`` on each rank -> ``[T, H, ...]`` (rank r's heads at ``r*H/W ..``)."""
-    return _wait(funcol.all_gather_single(x.contiguous(), 1, dcp.group))
+    return _wait(_all_gather(x.contiguous(), 1, dcp.group))
 
 
 def dcp_paged_attention(
