@@ -180,3 +180,32 @@ def test_mla_decode_cpu(tmp_path):
             assert r["status"] == "n/a" and r["reason"] == "needs CUDA"
         else:
             assert r["status"] == "ok" and r["extra"]["max_err"] < 0.05 and r["tflops"] > 0, r
+
+
+def test_tune_cpu(tmp_path):
+    """Each candidate of a sweep is timed with its table entry in place, and the table is restored."""
+    tune = _load("tune")
+    before = dict(tune.mla_kernel._CONFIGS), tune.attn_kernel._INVARIANT_SPLIT_TOKENS
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        assert tune.main(["--device", "cpu", "--tiny", "--sweeps", "mla_h16,invariant_B8", "--out", str(tmp_path)]) == 0
+    assert (dict(tune.mla_kernel._CONFIGS), tune.attn_kernel._INVARIANT_SPLIT_TOKENS) == before
+    doc = json.loads(next(tmp_path.glob("tune-*.json")).read_text())
+    labels = [r["provider"] for r in doc["rows"]]
+    want = [f"mla_h16 {c}" for c in tune.SWEEPS["mla_h16"].candidates]
+    want += [f"invariant_B8 {c}" for c in tune.SWEEPS["invariant_B8"].candidates]
+    assert labels == want
+    assert all(r["status"] == "ok" and r["p50_us"] > 0 for r in doc["rows"])
+    assert "mla_h16: B128_ctx4096_H16" in out.getvalue()
+
+
+def test_decode_step_cpu(tmp_path):
+    step = _load("decode_step")
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        argv = ["--device", "cpu", "--quick", "--layers", "1", "--batch", "1", "--modes", "eager", "graph replay",
+                "--out", str(tmp_path)]
+        assert step.main(argv) == 0
+    doc = json.loads(next(tmp_path.glob("decode_step-*.json")).read_text())
+    rows = {r["provider"]: r for r in doc["rows"]}
+    assert rows["eager"]["status"] == "ok" and rows["eager"]["p50_us"] > 0
+    assert rows["graph replay"]["status"] == "n/a" and rows["graph replay"]["reason"] == "needs CUDA"
