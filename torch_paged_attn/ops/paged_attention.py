@@ -112,6 +112,24 @@ def _block_row_major(cache: Tensor) -> bool:
     return cache.stride(3) == 1 and (heads == 1 or cache.stride(2) == size) and cache.stride(1) == heads * size
 
 
+def _options(scale, causal, window_left, window_right, softcap, alibi_slopes, sinks, k_scale, v_scale,
+             attention_chunk_size, max_query_len) -> dict:
+    """The keyword options of one call, by name, as the backends take them."""
+    return {
+        "scale": scale,
+        "causal": causal,
+        "window_left": window_left,
+        "window_right": window_right,
+        "softcap": softcap,
+        "alibi_slopes": alibi_slopes,
+        "sinks": sinks,
+        "k_scale": k_scale,
+        "v_scale": v_scale,
+        "attention_chunk_size": attention_chunk_size,
+        "max_query_len": max_query_len,
+    }
+
+
 def _run(
     query: Tensor,
     key_cache: Tensor,
@@ -169,19 +187,8 @@ def _paged_attention(
     max_query_len: int = -1,
     return_lse: bool = False,
 ) -> tuple[Tensor, Tensor]:
-    options = {
-        "scale": scale,
-        "causal": causal,
-        "window_left": window_left,
-        "window_right": window_right,
-        "softcap": softcap,
-        "alibi_slopes": alibi_slopes,
-        "sinks": sinks,
-        "k_scale": k_scale,
-        "v_scale": v_scale,
-        "attention_chunk_size": attention_chunk_size,
-        "max_query_len": max_query_len,
-    }
+    options = _options(scale, causal, window_left, window_right, softcap, alibi_slopes, sinks, k_scale, v_scale,
+                       attention_chunk_size, max_query_len)
     tensors = (query, key_cache, value_cache, block_table, seq_lens, query_start_loc)
     call = _signature("paged_attention", tensors, (), options)
     if not _VALIDATED.hit(call, *tensors):
@@ -217,19 +224,8 @@ def _paged_attention_out(
     attention_chunk_size: int = 0,
     max_query_len: int = -1,
 ) -> None:
-    options = {
-        "scale": scale,
-        "causal": causal,
-        "window_left": window_left,
-        "window_right": window_right,
-        "softcap": softcap,
-        "alibi_slopes": alibi_slopes,
-        "sinks": sinks,
-        "k_scale": k_scale,
-        "v_scale": v_scale,
-        "attention_chunk_size": attention_chunk_size,
-        "max_query_len": max_query_len,
-    }
+    options = _options(scale, causal, window_left, window_right, softcap, alibi_slopes, sinks, k_scale, v_scale,
+                       attention_chunk_size, max_query_len)
     tensors = (query, key_cache, value_cache, block_table, seq_lens, query_start_loc)
     call = _signature("paged_attention_out", tensors, (out, lse), options)
     if not _VALIDATED.hit(call, *tensors):

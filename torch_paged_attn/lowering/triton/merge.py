@@ -107,6 +107,14 @@ def _merge_attn_states_kernel(
         tl.store(lse_ptr + token * stride_lse_token + head * stride_lse_head, lse, mask=row_ok)
 
 
+def _tiles(head_size: int, num_rows: int) -> tuple[int, int, tuple[int]]:
+    """``(BLOCK_D, BLOCK_R, grid)``: rows of ``head_size`` padded to a power of two, as many rows a
+    program as fill ``_TILE_ELEMENTS``."""
+    block_d = next_power_of_2(head_size)
+    block_r = max(1, _TILE_ELEMENTS // block_d)
+    return block_d, block_r, (cdiv(num_rows, block_r),)
+
+
 def merge_attn_states(
     prefix_out: Tensor,
     prefix_lse: Tensor,
@@ -121,9 +129,7 @@ def merge_attn_states(
     num_rows = num_tokens * num_heads
     if num_rows == 0:
         return
-    block_d = next_power_of_2(head_size)
-    block_r = max(1, _TILE_ELEMENTS // block_d)
-    grid = (cdiv(num_rows, block_r),)
+    block_d, block_r, grid = _tiles(head_size, num_rows)
     launch(_merge_attn_states_kernel, grid, out)(
         prefix_out_ptr=prefix_out,
         prefix_lse_ptr=prefix_lse,
@@ -228,10 +234,8 @@ def merge_attn_states_n(outs: Tensor, lses: Tensor, out: Tensor, lse: Tensor | N
     num_rows = num_tokens * num_heads
     if num_rows == 0:
         return
-    block_d = triton.next_power_of_2(head_size)
-    # same tile as the 2-way merge: N parts stream through one accumulator tile per program
-    block_r = max(1, _TILE_ELEMENTS // block_d)
-    grid = (triton.cdiv(num_rows, block_r),)
+    # the 2-way merge's tiles: N parts stream through one accumulator tile per program
+    block_d, block_r, grid = _tiles(head_size, num_rows)
     launch(_merge_attn_states_n_kernel, grid, out)(
         outs_ptr=outs,
         lses_ptr=lses,
