@@ -32,6 +32,7 @@ public node. FA4 compiles a kernel on its first call: run one call before CUDA-g
 
 from __future__ import annotations
 
+import abc
 import functools
 import importlib
 from dataclasses import dataclass
@@ -86,15 +87,17 @@ def _paged_common(f: dict) -> str | None:
 
 
 @dataclass(frozen=True)
-class Adapter:
+class Adapter(abc.ABC):
     """One FlashAttention generation: where it lives and what it cannot do."""
 
     name: str
     module: str  # imported to test for presence
     attribute: str  # the function the adapter calls
 
+    @abc.abstractmethod
     def unsupported(self, op: str, f: dict, cap: tuple[int, int] | None) -> str | None:
-        raise NotImplementedError
+        """None when this generation runs the call described by the facts ``f`` on a device of
+        compute capability ``cap``, else why it cannot."""
 
 
 class _FA4(Adapter):
