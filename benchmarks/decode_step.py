@@ -11,8 +11,10 @@ attention over ``context`` keys). Contenders:
     eager          the module called directly
     compile        torch.compile(fullgraph=True)
     compile+graphs torch.compile(mode="reduce-overhead", fullgraph=True): one CUDA graph per step
-    graph replay   the compiled step captured in a plain torch.cuda.CUDAGraph, replayed back to
-                   back and timed by CUDA events: kernels plus the gaps between them, no host work
+    captured step  the compiled step captured in a plain torch.cuda.CUDAGraph (what a serving
+                   engine does with static metadata buffers), one replay per step, timed as above
+    graph replay   the same graph replayed back to back, timed by CUDA events: kernels plus the
+                   gaps between them, no host work
     kernel sum     the sum of the step's device activity (kernels, memcpy, memset) in
                    torch.profiler, per compiled step: the floor host overhead cannot go below
 
@@ -65,10 +67,9 @@ def wall_samples(fn: Callable[[], Any], device: torch.device, samples: int) -> H
     return H._timing(times, "wall+sync", 1, 1)
 
 
-def graph_replay_us(fn: Callable[[], Any], device: torch.device, replays: int) -> float:
-    """Device time of one replay of ``fn`` captured in a plain ``torch.cuda.CUDAGraph``, replays
-    back to back (CUDA events around all of them): the step's kernels and the gaps between them,
-    without any host-side work."""
+def capture(fn: Callable[[], Any], device: torch.device) -> torch.cuda.CUDAGraph:
+    """``fn`` (warmed up on a side stream) captured in a plain ``torch.cuda.CUDAGraph``: a step
+    whose inputs live in static buffers (the metadata builder writes them in place) replays it."""
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):
@@ -81,6 +82,12 @@ def graph_replay_us(fn: Callable[[], Any], device: torch.device, replays: int) -
         fn()
     graph.replay()
     torch.cuda.synchronize(device)
+    return graph
+
+
+def graph_replay_us(graph: torch.cuda.CUDAGraph, device: torch.device, replays: int) -> float:
+    """Device time of one replay, replays back to back (CUDA events around all of them): the
+    step's kernels and the gaps between them, without any host-side work."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(replays):
@@ -153,16 +160,24 @@ def run_shape(L, layers, batch, context, device, modes, quick) -> list[H.Row]:
                 timings[mode] = us
             rows.append(row)
             continue
-        if mode == "graph replay":
+        if mode in ("graph replay", "captured step"):
             if device.type != "cuda":
                 row.status, row.reason = "n/a", "needs CUDA"
             else:
                 torch._dynamo.reset()
                 step = torch.compile(model, fullgraph=True)
                 with torch.no_grad():
-                    us = graph_replay_us(lambda: step(*inputs, max_query_len=1), device, 20 if quick else 200)
-                row.fill(H._timing([us], "cuda-graph events", 1, 1), None)
+                    graph = capture(lambda: step(*inputs, max_query_len=1), device)
+                if mode == "graph replay":
+                    us = graph_replay_us(graph, device, 20 if quick else 200)
+                    row.fill(H._timing([us], "cuda-graph events", 1, 1), None)
+                else:  # timed like every other step: synchronise, replay, synchronise
+                    t = wall_samples(graph.replay, device, samples)
+                    row.fill(t, None)
+                    row.extra["tokens_per_s"] = batch / (t.p50_us * 1e-6)
+                    us = t.p50_us
                 timings[mode] = us
+                del graph
             rows.append(row)
             continue
         torch._dynamo.reset()
@@ -185,7 +200,7 @@ def run_shape(L, layers, batch, context, device, modes, quick) -> list[H.Row]:
     for row in rows:
         if row.status == "ok" and "eager" in timings and row.provider != "eager":
             row.extra["speedup_vs_eager"] = timings["eager"] / row.p50_us
-        if row.provider in ("compile+graphs", "graph replay") and row.status == "ok" and "kernel sum" in timings:
+        if row.provider in ("compile+graphs", "captured step", "graph replay") and row.status == "ok" and "kernel sum" in timings:
             row.extra["vs_kernel_sum"] = row.p50_us / timings["kernel sum"]
         notes = []
         if "speedup_vs_eager" in row.extra:
@@ -206,8 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", type=int, nargs="+", default=None, help="default: 2 16 (quick: 2)")
     ap.add_argument("--batch", type=int, nargs="+", default=None, help="default: 1 8 64 (quick: 1 8)")
     ap.add_argument("--context", type=int, default=None, help="keys per sequence (default 1024, quick: 64)")
-    ap.add_argument("--modes", nargs="+", default=["eager", "compile", "compile+graphs", "graph replay", "kernel sum"],
-                    choices=["eager", "compile", "compile+graphs", "graph replay", "kernel sum"])
+    modes = ["eager", "compile", "compile+graphs", "captured step", "graph replay", "kernel sum"]
+    ap.add_argument("--modes", nargs="+", default=modes, choices=modes)
     ap.add_argument("--quick", action="store_true", help="a small model, few samples: a smoke run")
     ap.add_argument("--out", default=RESULTS, help="directory of the JSON results")
     args = ap.parse_args(argv)

@@ -202,10 +202,11 @@ def test_tune_cpu(tmp_path):
 def test_decode_step_cpu(tmp_path):
     step = _load("decode_step")
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        argv = ["--device", "cpu", "--quick", "--layers", "1", "--batch", "1", "--modes", "eager", "graph replay",
-                "--out", str(tmp_path)]
+        argv = ["--device", "cpu", "--quick", "--layers", "1", "--batch", "1", "--modes", "eager", "captured step",
+                "graph replay", "--out", str(tmp_path)]
         assert step.main(argv) == 0
     doc = json.loads(next(tmp_path.glob("decode_step-*.json")).read_text())
     rows = {r["provider"]: r for r in doc["rows"]}
     assert rows["eager"]["status"] == "ok" and rows["eager"]["p50_us"] > 0
-    assert rows["graph replay"]["status"] == "n/a" and rows["graph replay"]["reason"] == "needs CUDA"
+    for mode in ("captured step", "graph replay"):
+        assert rows[mode]["status"] == "n/a" and rows[mode]["reason"] == "needs CUDA"
