@@ -33,6 +33,7 @@ is stable under torch.compile.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 import logging
 from types import ModuleType
 from typing import Any
@@ -75,6 +76,27 @@ def select(op: str, facts: dict[str, Any]) -> ModuleType:
         return _choose(op, facts)
     if choice is None:
         choice = _CHOICES[key] = _choose(op, facts)
+    return choice
+
+
+# Entries of _CHOICES by call signature (see select_by_signature) before the dict is cleared:
+# shapes vary between prefill calls, so the table is bounded like the ops' validation cache.
+_SIGNATURE_LIMIT = 4096
+
+
+def select_by_signature(op: str, signature: tuple | None, facts: Callable[[], dict[str, Any]]) -> ModuleType:
+    """``select(op, facts())``, remembered under ``signature``: a hashable summary of the call
+    from which ``facts()`` is computed (the ops' validation signature and the option values it
+    lacks), so a repeated call, a decode step, skips building its facts (~20 us of host time for
+    paged_attention on a 2-core machine, 2026-11). ``None`` (tracing, symbolic sizes): no memory."""
+    if signature is None:
+        return select(op, facts())
+    key = ("signature", signature, _config.get_backend(), _config.is_batch_invariant())
+    choice = _CHOICES.get(key)
+    if choice is None:
+        if len(_CHOICES) >= _SIGNATURE_LIMIT:
+            _CHOICES.clear()
+        choice = _CHOICES[key] = select(op, facts())
     return choice
 
 

@@ -81,17 +81,20 @@ def _mla_decode(
     num_tokens, num_heads, latent = q_latent.shape
     out = q_latent.new_empty(num_tokens, num_heads, latent)
     lse = q_latent.new_empty(num_tokens, num_heads, dtype=torch.float32)
-    facts = {
-        "device": q_latent.device.type,
-        "dtype": q_latent.dtype,
-        "cache_dtype": kv_cache.dtype,
-        "latent": latent,
-        "rope": q_rope.shape[2],
-        "block_size": kv_cache.shape[1],
-        "num_heads": num_heads,
-        "causal": causal,
-    }
-    backend = lowering.select("mla_decode", facts)
+    def facts() -> dict:
+        return {
+            "device": q_latent.device.type,
+            "dtype": q_latent.dtype,
+            "cache_dtype": kv_cache.dtype,
+            "latent": latent,
+            "rope": q_rope.shape[2],
+            "block_size": kv_cache.shape[1],
+            "num_heads": num_heads,
+            "causal": causal,
+        }
+
+    # the validation signature lacks causal
+    backend = lowering.select_by_signature("mla_decode", None if call is None else (call, causal), facts)
     backend.mla_decode(*tensors, out, lse, scale=scale, causal=causal, kv_scale=kv_scale)
     return out, lse
 

@@ -140,10 +140,25 @@ def _run(
     out: Tensor,
     lse: Tensor | None,
     options: dict,
+    call: tuple | None,
 ) -> None:
+    def facts() -> dict:
+        return _facts(query, key_cache, value_cache, block_table, lse, options)
+
+    # the validation signature lacks causal and whether an LSE is written
+    signature = None if call is None else (call, options["causal"], lse is not None)
+    backend = lowering.select_by_signature("paged_attention", signature, facts)
+    backend.paged_attention(
+        query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, lse, **options
+    )
+
+
+def _facts(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_table: Tensor, lse: Tensor | None,
+           options: dict) -> dict:
+    """The static facts of a call that backend selection reads (``lowering.select``)."""
     max_query_len = options["max_query_len"]
     num_seqs = block_table.shape[0]
-    facts = {
+    return {
         "device": query.device.type,
         "dtype": query.dtype,
         "cache_dtype": key_cache.dtype,
@@ -160,10 +175,6 @@ def _run(
         "sinks": options["sinks"] is not None,
         "lse": lse is not None,
     }
-    backend = lowering.select("paged_attention", facts)
-    backend.paged_attention(
-        query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, lse, **options
-    )
 
 
 @declare("paged_attention")
@@ -198,7 +209,7 @@ def _paged_attention(
     out = query.new_empty(num_tokens, num_heads, value_cache.shape[3])
     lse_shape = (num_tokens, num_heads) if return_lse else (0,)
     lse = query.new_empty(lse_shape, dtype=torch.float32)
-    _run(*tensors, out, lse if return_lse else None, options)
+    _run(*tensors, out, lse if return_lse else None, options, call)
     return out, lse
 
 
@@ -235,7 +246,7 @@ def _paged_attention_out(
         if lse is not None:
             c.tensor("lse", lse, shape=(num_tokens, num_heads), dtypes=(torch.float32,), last_contiguous=False)
         _VALIDATED.remember(call)
-    _run(*tensors, out, lse, options)
+    _run(*tensors, out, lse, options, call)
 
 
 _BATCH_KINDS = (
