@@ -295,9 +295,10 @@ def _flash_attention(
     max_query_len: int,
     return_lse: bool,
 ) -> tuple[Tensor, Tensor]:
-    """FlashAttention over a paged cache with the contract's results: ``out [T, H, Dv]`` (rows
-    past ``query_start_loc[-1]`` zero) and ``lse [T, H]`` float32 natural log (``[0]`` unless
-    ``return_lse``). With ``qv`` (MLA), ``query`` is the rope part and ``qv`` the latent part."""
+    """FlashAttention over a paged cache: ``out [T, H, Dv]`` as FlashAttention leaves it (rows past
+    ``query_start_loc[-1]`` unwritten: ``_write`` zeroes them) and ``lse [T, H]`` float32 natural
+    log with the contract's values (``[0]`` unless ``return_lse``). With ``qv`` (MLA), ``query`` is
+    the rope part and ``qv`` the latent part."""
     num_tokens, num_heads = query.shape[:2]
     num_blocks = key_cache.shape[0]
     # A bad id in a table's used part would fault inside FlashAttention, and any real block read
@@ -314,7 +315,8 @@ def _flash_attention(
         sinks=sinks, max_query_len=max_query_len, return_lse=return_lse,
     )
     valid = torch.arange(num_tokens, device=query.device) < query_start_loc[-1]  # padding rows: False
-    out = torch.where(valid[:, None, None], out[:num_tokens], 0.0).to(query.dtype)
+    if out.shape[0] != num_tokens:  # no view of FlashAttention's buffer leaves the op
+        out = out[:num_tokens].contiguous()
     if not return_lse:
         return out, query.new_empty((0,), dtype=torch.float32)
     lse = lse.float()
@@ -330,6 +332,16 @@ def _(adapter, query, key_cache, value_cache, block_table, seq_lens, query_start
     out = query.new_empty((num_tokens, num_heads, value_cache.shape[-1]))
     lse_shape = (num_tokens, num_heads) if return_lse else (0,)
     return out, query.new_empty(lse_shape, dtype=torch.float32)
+
+
+def _write(o: Tensor, s: Tensor, query_start_loc: Tensor, out: Tensor, lse: Tensor | None) -> None:
+    """The private op's results into the caller's ``out`` / ``lse``: padding rows (past
+    ``query_start_loc[-1]``, which FlashAttention leaves unwritten) become 0 in the same pass as
+    the copy."""
+    valid = torch.arange(o.shape[0], device=o.device) < query_start_loc[-1]
+    torch.where(valid[:, None, None], o, o.new_zeros(()), out=out)
+    if lse is not None:
+        lse.copy_(s)
 
 
 def _run_op(*args, **kwargs) -> tuple[Tensor, Tensor]:
@@ -411,9 +423,7 @@ def paged_attention(
         float(scale), bool(causal), int(window_left), int(window_right), float(softcap), alibi_slopes, sinks,
         int(max_query_len), lse is not None,
     )
-    out.copy_(o)
-    if lse is not None:
-        lse.copy_(s)
+    _write(o, s, query_start_loc, out, lse)
 
 
 def mla_decode(
@@ -442,6 +452,4 @@ def mla_decode(
         adapter, q_rope, k_pe, c, block_table, seq_lens, query_start_loc, q_latent,
         float(scale), bool(causal), -1, -1, 0.0, None, None, -1, lse is not None,
     )
-    out.copy_(o)
-    if lse is not None:
-        lse.copy_(s)
+    _write(o, s, query_start_loc, out, lse)
