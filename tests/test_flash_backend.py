@@ -211,6 +211,32 @@ def test_the_setting_is_part_of_the_cache_key(monkeypatch):
     assert _name(lowering.select("paged_attention", facts)) == "triton.paged_attention"
 
 
+def test_choice_by_signature_follows_the_setting_and_builds_facts_once(monkeypatch):
+    """``select_by_signature`` remembers a call signature's choice per backend setting and
+    batch-invariant mode: switching either decides again; repeating builds no facts."""
+    _fake_fa4_installed(monkeypatch)
+    built = []
+
+    def facts():
+        built.append(1)
+        return _facts(query_tokens_per_seq=2048)
+
+    def choose():
+        return _name(lowering.select_by_signature("paged_attention", ("a call",), facts))
+
+    assert choose() == "flash" and choose() == "flash"  # auto, prefill-like
+    with pa.backend("triton"):
+        assert choose() == "triton.paged_attention"
+    with pa.batch_invariant():
+        assert choose() == "triton.paged_attention"  # FlashAttention has no batch-invariant mode
+    with pa.backend("reference"):
+        assert choose() == "reference" and choose() == "reference"
+    assert choose() == "flash"
+    assert len(built) == 4  # auto, triton, batch-invariant, reference: once each
+    assert _name(lowering.select_by_signature("paged_attention", None, facts)) == "flash"
+    assert len(built) == 5  # no signature: nothing remembered
+
+
 # -- supports tables --------------------------------------------------------------------------------
 
 # (adapter, capability, fact overrides, runs?) against the contract's features
