@@ -314,11 +314,11 @@ def _flash_attention(
         window_left=window_left, window_right=window_right, softcap=softcap, alibi_slopes=alibi_slopes,
         sinks=sinks, max_query_len=max_query_len, return_lse=return_lse,
     )
-    valid = torch.arange(num_tokens, device=query.device) < query_start_loc[-1]  # padding rows: False
     if out.shape[0] != num_tokens:  # no view of FlashAttention's buffer leaves the op
         out = out[:num_tokens].contiguous()
     if not return_lse:
         return out, query.new_empty((0,), dtype=torch.float32)
+    valid = torch.arange(num_tokens, device=query.device) < query_start_loc[-1]  # padding rows: False
     lse = lse.float()
     lse = lse.t() if head_major else lse
     lse = torch.where(lse == float("inf"), float("-inf"), lse)  # FA2 marks empty rows +inf
