@@ -14,11 +14,14 @@ each shape (Llama-3-70B-like decode: Hq 32 / Hkv 8, D 128, bf16, block 16):
 
 Bytes (``cache_bytes``): the whole cache a decode step reads, ``B * ctx * Hkv * (D + Dv) * 2``,
 for every row, so GB/s compares wall time directly (2 ranks read half each: the ideal is 2x the
-1-rank GB/s). Timing: CUDA events with the L2 flushed before each call (no graph capture: both
-ranks must issue the same collectives in lockstep, and a capture that fails on one rank only would
-hang the other), median of 30 (5 with --quick); rank 0's figures are reported. Each contender's
-output is checked against the 1-rank output (``max_err``). JSON rows go to
-``<out>/dcp_decode-<gpu>-<date>.json``.
+1-rank GB/s). Timing on GPUs: each contender's call captured ``CALLS_PER_GRAPH`` times in one CUDA
+graph (collectives included, the same count on both ranks so that they pair up), the graph
+replayed back to back, CUDA events around each replay: what a serving engine's captured decode
+step costs, without the host. The ``eager`` rows time the plain calls with CUDA events (L2
+flushed before each call): on a fast GPU these measure the host's launch rate, not the GPU. Every
+cache here is many times the L2, so replays do not hit it. Median of 30 samples (5 with
+--quick); rank 0's figures are reported. Each contender's output is checked against the 1-rank
+output (``max_err``). JSON rows go to ``<out>/dcp_decode-<gpu>-<date>.json``.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from torch_paged_attn import distributed as dcp_lib  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
 WORLD = 2
+CALLS_PER_GRAPH = 10
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,43 @@ def _row(s: Shape, provider: str, t: H.Timing | None, copy_gbps: float, out, wan
     return row.fill(t, copy_gbps)
 
 
+def _time_graph(fn, device: torch.device, quick: bool) -> H.Timing:
+    """``fn`` captured ``CALLS_PER_GRAPH`` times in one CUDA graph, replays timed by CUDA events.
+    The warm-up and the capture issue the same collectives on every rank in the same order."""
+    stream = torch.cuda.current_stream(device)
+    side = torch.cuda.Stream(device)
+    side.wait_stream(stream)
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    stream.wait_stream(side)
+    torch.cuda.synchronize(device)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(CALLS_PER_GRAPH):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize(device)
+    samples = 5 if quick else 30
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(samples)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(samples)]
+    for start, end in zip(starts, ends):
+        start.record()
+        graph.replay()
+        end.record()
+    torch.cuda.synchronize(device)
+    del graph
+    times = [a.elapsed_time(b) * 1e3 / CALLS_PER_GRAPH for a, b in zip(starts, ends)]
+    return H._timing(times, "cuda-graph", CALLS_PER_GRAPH, 1)
+
+
+def _timings(fn, device: torch.device, quick: bool) -> list[tuple[str, H.Timing]]:
+    """(suffix, timing) of ``fn``: graph replay and eager on GPUs, wall time on CPUs."""
+    if device.type != "cuda":
+        return [("", H.bench([fn], device, quick=quick, use_graph=False))]
+    return [("", _time_graph(fn, device, quick)), (", eager", H.bench([fn], device, quick=quick, use_graph=False))]
+
+
 def _run_shape(s: Shape, device: torch.device, rank: int, copy_gbps: float, quick: bool) -> list[H.Row]:
     query, kc, vc, table, seq_lens, qsl = _inputs(s, device)
     scale = s.head_size**-0.5
@@ -113,7 +154,8 @@ def _run_shape(s: Shape, device: torch.device, rank: int, copy_gbps: float, quic
             return tpa.paged_attention(query, kc, vc, table, seq_lens, qsl, scale=scale, max_query_len=1)[0]
 
         want = single()
-        rows.append(_row(s, "1 rank", H.bench([single], device, quick=quick, use_graph=False), copy_gbps, want, want))
+        for suffix, t in _timings(single, device, quick):
+            rows.append(_row(s, f"1 rank{suffix}", t, copy_gbps, want, want))
     dist.barrier()
     # -- 2 ranks: each rank's half of the cache, then the exact combine --
     dcp = dcp_lib.DCPGroup.from_group()
@@ -126,9 +168,9 @@ def _run_shape(s: Shape, device: torch.device, rank: int, copy_gbps: float, quic
             return dcp_lib.dcp_paged_attention(query, local_k, local_v, meta, dcp, scale=scale, method=method)[0]
 
         out = sharded()
-        t = H.bench([sharded], device, quick=quick, use_graph=False)
-        if rank == 0:
-            rows.append(_row(s, f"{WORLD} ranks ({method})", t, copy_gbps, out, want))
+        for suffix, t in _timings(sharded, device, quick):
+            if rank == 0:
+                rows.append(_row(s, f"{WORLD} ranks ({method}){suffix}", t, copy_gbps, out, want))
     return rows
 
 

@@ -42,6 +42,7 @@ import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 from torch import Tensor
 
+from .lowering.reference import rows_of
 from .ops import merge_attn_states_n, mla_decode, paged_attention
 
 # The single-tensor gather and reduce-scatter were named all_gather_tensor / reduce_scatter_tensor
@@ -170,18 +171,15 @@ def local_metadata(
     dcp.check_block_size(block_size)
     num_seqs = block_table.shape[0]
     device = block_table.device
-    rows = torch.arange(num_tokens, device=device, dtype=torch.int64)
-    cu = query_start_loc.to(torch.int64)
     if num_seqs == 0:
         row_lens = torch.zeros(num_tokens, device=device, dtype=torch.int64)
         row_table = block_table.new_zeros(num_tokens, block_table.shape[1])
     else:
-        seq = torch.searchsorted(cu[1:].contiguous(), rows, right=True).clamp(0, num_seqs - 1)
-        start, end = cu[seq], cu[seq + 1]
-        valid = (rows < cu[-1]) & (rows >= start)
+        seq, local, valid = rows_of(query_start_loc, num_tokens)
+        new_tokens = query_start_loc.to(torch.int64).diff()[seq]
         lens = seq_lens.to(torch.int64)[seq]
         if causal:
-            position = lens - (end - start) + (rows - start)  # context + t
+            position = lens - new_tokens + local  # context + t
             row_lens = torch.minimum(position + 1, lens).clamp(min=0)
         else:
             row_lens = lens

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from .lowering.reference import rows_of
 from .ops import (
     concat_and_cache_mla,
     gather_cache,
@@ -98,11 +99,9 @@ def _aligned_pages(cu: Tensor, num_rows: int, block_size: int) -> tuple[Tensor, 
     ``B`` only. Returns ``(dest [num_rows] int64 row of each input row, block_table [B, MB]
     int32, num_blocks)``; rows past ``cu[-1]`` land past their sequence's end (never read)."""
     num_seqs = cu.shape[0] - 1
-    cu64 = cu.long()
-    rows = torch.arange(num_rows, device=cu.device)
-    seq = torch.searchsorted(cu64[1:].contiguous(), rows, right=True).clamp(0, max(num_seqs - 1, 0))
-    first_block = cu64[:-1] // block_size + torch.arange(num_seqs, device=cu.device)  # [B]
-    dest = first_block[seq] * block_size + rows - cu64[seq]
+    seq, local, _ = rows_of(cu, num_rows)
+    first_block = cu.long()[:-1] // block_size + torch.arange(num_seqs, device=cu.device)  # [B]
+    dest = first_block[seq] * block_size + local
     num_blocks = num_rows // block_size + num_seqs + 1
     max_blocks = num_rows // block_size + 2
     table = first_block[:, None] + torch.arange(max_blocks, device=cu.device)[None, :]

@@ -46,14 +46,18 @@ def _quant(x: Tensor, dtype: torch.dtype, scale: Tensor | None) -> Tensor:
     return x.to(dtype)
 
 
-def _rows_of(cu: Tensor, num_rows: int) -> tuple[Tensor, Tensor, Tensor]:
+def rows_of(cu: Tensor, num_rows: int) -> tuple[Tensor, Tensor, Tensor]:
     """For rows ``0..num_rows-1`` of a ragged batch described by the cumulative lengths ``cu``
-    ([B + 1], int32): the sequence index (clamped into range), the row's index inside its
-    sequence, and whether the row belongs to a sequence at all (rows past ``cu[-1]`` do not)."""
+    ([B + 1], int32 or int64, ``cu[0] == 0``): the sequence index (clamped into range), the row's
+    index inside its sequence (int64), and whether the row belongs to a sequence at all (rows past
+    ``cu[-1]`` do not). Shapes depend on ``num_rows`` and ``B`` only, so it traces into a graph.
+
+    The search runs over the whole of ``cu`` (``row >= cu[0]`` for every row): Inductor in
+    torch 2.11 cannot lower ``searchsorted`` over a slice such as ``cu[1:]`` of a computed tensor
+    (``NotImplementedError: SliceView``)."""
     num_seqs = cu.shape[0] - 1
     rows = torch.arange(num_rows, device=cu.device, dtype=cu.dtype)
-    seq = torch.searchsorted(cu[1:].contiguous(), rows, right=True)
-    seq = seq.clamp(0, max(num_seqs - 1, 0))
+    seq = (torch.searchsorted(cu, rows, right=True) - 1).clamp(0, max(num_seqs - 1, 0))
     local = rows.long() - cu.long()[seq]
     valid = (rows.long() < cu.long()[-1]) & (local >= 0)
     return seq, local, valid
@@ -130,7 +134,7 @@ def attention(
         return out, query.new_full((num_tokens, num_heads), float("-inf"), dtype=torch.float32)
 
     # -- which sequence each query row belongs to, and its absolute position p --
-    seq, local, row_valid = _rows_of(query_start_loc, num_tokens)
+    seq, local, row_valid = rows_of(query_start_loc, num_tokens)
     qsl = query_start_loc.long()
     lens = seq_lens.long()
     seq_len = lens[seq]
@@ -328,7 +332,7 @@ def gather_cache(
     num_blocks, block_size = kv_cache.shape[0], kv_cache.shape[1]
     if num_seqs == 0 or num_rows == 0:
         return
-    seq, local, valid = _rows_of(cu_seq_lens, num_rows)
+    seq, local, valid = rows_of(cu_seq_lens, num_rows)
     pos = local if seq_starts is None else seq_starts.long()[seq] + local
     block = _floor_div(pos, block_size)
     offset = pos - block * block_size
