@@ -11,6 +11,10 @@ attention over ``context`` keys). Contenders:
     eager          the module called directly
     compile        torch.compile(fullgraph=True)
     compile+graphs torch.compile(mode="reduce-overhead", fullgraph=True): one CUDA graph per step
+    compile+graphs (pipelined)
+                   the same, steps issued back to back and one synchronisation after 20 of them
+                   (a decode loop that keeps the next token on the GPU, as an engine with
+                   asynchronous scheduling does): per step, the larger of host and device time
     captured step  the compiled step captured in a plain torch.cuda.CUDAGraph (what a serving
                    engine does with static metadata buffers), one replay per step, timed as above
     graph replay   the same graph replayed back to back, timed by CUDA events: kernels plus the
@@ -65,6 +69,21 @@ def wall_samples(fn: Callable[[], Any], device: torch.device, samples: int) -> H
         H.synchronize(device)
         times.append((time.perf_counter() - t0) * 1e6)
     return H._timing(times, "wall+sync", 1, 1)
+
+
+def pipelined_samples(fn: Callable[[], Any], device: torch.device, samples: int, steps: int = 20) -> H.Timing:
+    """Per-step time of ``steps`` calls issued back to back, one synchronisation at the end."""
+    for _ in range(WARM_UP):
+        fn()
+    times = []
+    for _ in range(samples):
+        H.synchronize(device)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            fn()
+        H.synchronize(device)
+        times.append((time.perf_counter() - t0) * 1e6 / steps)
+    return H._timing(times, "wall, pipelined", steps, 1)
 
 
 def capture(fn: Callable[[], Any], device: torch.device) -> torch.cuda.CUDAGraph:
@@ -140,67 +159,62 @@ def run_shape(L, layers, batch, context, device, modes, quick) -> list[H.Row]:
     samples = 5 if quick else 50
     rows = []
     timings: dict[str, float] = {}
+    compiled: dict[str, Any] = {}  # one compilation serves every mode of its kind
+
+    def compiled_step(kind: str):
+        if kind not in compiled:
+            torch._dynamo.reset()
+            compiled.clear()
+            options = {"mode": "reduce-overhead"} if kind == "reduce-overhead" else {}
+            compiled[kind] = torch.compile(model, fullgraph=True, **options)
+        return compiled[kind]
+
+    graph = None  # the plain CUDA graph of the compiled step, shared by its two modes
     for mode in modes:
         H.progress(f"{shape}: {mode}")
         row = H.Row(shape, mode, dname)
-        if mode == "compile+graphs" and device.type != "cuda":
+        if device.type != "cuda" and mode not in ("eager", "compile"):
             row.status, row.reason = "n/a", "needs CUDA"
             rows.append(row)
             continue
-        if mode == "kernel sum":
-            if device.type != "cuda":
-                row.status, row.reason = "n/a", "needs CUDA (device activity from torch.profiler)"
-            else:
-                torch._dynamo.reset()
-                step = torch.compile(model, fullgraph=True)
-                with torch.no_grad():
-                    us, count = kernel_sum_us(lambda: step(*inputs, max_query_len=1), device, 10 if quick else 50)
-                row.fill(H._timing([us], "torch.profiler", 1, 1), None)
-                row.extra["activities_per_step"] = count
-                timings[mode] = us
-            rows.append(row)
-            continue
-        if mode in ("graph replay", "captured step"):
-            if device.type != "cuda":
-                row.status, row.reason = "n/a", "needs CUDA"
-            else:
-                torch._dynamo.reset()
-                step = torch.compile(model, fullgraph=True)
-                with torch.no_grad():
-                    graph = capture(lambda: step(*inputs, max_query_len=1), device)
-                if mode == "graph replay":
-                    us = graph_replay_us(graph, device, 20 if quick else 200)
-                    row.fill(H._timing([us], "cuda-graph events", 1, 1), None)
-                else:  # timed like every other step: synchronise, replay, synchronise
-                    t = wall_samples(graph.replay, device, samples)
-                    row.fill(t, None)
-                    row.extra["tokens_per_s"] = batch / (t.p50_us * 1e-6)
-                    us = t.p50_us
-                timings[mode] = us
-                del graph
-            rows.append(row)
-            continue
-        torch._dynamo.reset()
-        step = {
-            "eager": lambda: model,
-            "compile": lambda: torch.compile(model, fullgraph=True),
-            "compile+graphs": lambda: torch.compile(model, mode="reduce-overhead", fullgraph=True),
-        }[mode]()
+        if mode == "eager":
+            step = model
+        elif mode.startswith("compile+graphs"):
+            step = compiled_step("reduce-overhead")
+        else:
+            step = compiled_step("default")
         try:
             with torch.no_grad():
-                t = wall_samples(lambda: step(*inputs, max_query_len=1), device, samples)
+                if mode == "kernel sum":
+                    us, count = kernel_sum_us(lambda: step(*inputs, max_query_len=1), device, 10 if quick else 50)
+                    t = H._timing([us], "torch.profiler", 1, 1)
+                    row.extra["activities_per_step"] = count
+                elif mode in ("graph replay", "captured step"):
+                    if graph is None:
+                        graph = capture(lambda: step(*inputs, max_query_len=1), device)
+                    if mode == "graph replay":
+                        t = H._timing([graph_replay_us(graph, device, 20 if quick else 200)], "cuda-graph events", 1, 1)
+                    else:  # timed like every other step: synchronise, replay, synchronise
+                        t = wall_samples(graph.replay, device, samples)
+                else:
+                    timer = pipelined_samples if mode.endswith("(pipelined)") else wall_samples
+                    t = timer(lambda: step(*inputs, max_query_len=1), device, samples)
         except Exception as e:  # one contender failing must not lose the others' rows
             row.status, row.reason = "n/a", f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
             rows.append(row)
             continue
         row.fill(t, None)
-        row.extra["tokens_per_s"] = batch / (t.p50_us * 1e-6)
+        if mode not in ("kernel sum", "graph replay"):
+            row.extra["tokens_per_s"] = batch / (t.p50_us * 1e-6)
         timings[mode] = t.p50_us
         rows.append(row)
+    del graph
+    compiled.clear()
+    torch._dynamo.reset()
     for row in rows:
         if row.status == "ok" and "eager" in timings and row.provider != "eager":
             row.extra["speedup_vs_eager"] = timings["eager"] / row.p50_us
-        if row.provider in ("compile+graphs", "captured step", "graph replay") and row.status == "ok" and "kernel sum" in timings:
+        if row.provider in ("compile+graphs", "compile+graphs (pipelined)", "captured step", "graph replay") and row.status == "ok" and "kernel sum" in timings:
             row.extra["vs_kernel_sum"] = row.p50_us / timings["kernel sum"]
         notes = []
         if "speedup_vs_eager" in row.extra:
@@ -221,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", type=int, nargs="+", default=None, help="default: 2 16 (quick: 2)")
     ap.add_argument("--batch", type=int, nargs="+", default=None, help="default: 1 8 64 (quick: 1 8)")
     ap.add_argument("--context", type=int, default=None, help="keys per sequence (default 1024, quick: 64)")
-    modes = ["eager", "compile", "compile+graphs", "captured step", "graph replay", "kernel sum"]
+    modes = ["eager", "compile", "compile+graphs", "compile+graphs (pipelined)", "captured step", "graph replay",
+             "kernel sum"]
     ap.add_argument("--modes", nargs="+", default=modes, choices=modes)
     ap.add_argument("--quick", action="store_true", help="a small model, few samples: a smoke run")
     ap.add_argument("--out", default=RESULTS, help="directory of the JSON results")

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from torch_paged_attn.cache import BlockAllocator, PagedKVCache
-from torch_paged_attn.metadata import MetadataBuilder, StepMetadata
+from torch_paged_attn.metadata import MetadataBuilder, StepMetadata, mark_static
 
 
 @dataclass
@@ -195,6 +195,7 @@ class Generator:
         self.allocator = BlockAllocator(model.kv_cache.num_blocks, cfg.block_size)
         self.builder = MetadataBuilder(self.allocator, self.max_blocks, device, batch_buckets=[batch])
         self.tokens = torch.zeros(batch, dtype=torch.long, device=device)  # static decode input
+        mark_static(self.tokens)
 
     def prefill(self, prompts: list[list[int]]) -> Tensor:
         """Allocate the sequences, run their prompts (eagerly), return the first generated tokens."""

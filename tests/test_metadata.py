@@ -100,6 +100,8 @@ def test_decode_bucket_buffers_are_static_and_padded():
     first = w.step(live, [1, 1, 1])
     addresses = _addresses(first)
     assert first.block_table.shape == (4, MB) and first.slot_mapping.shape == (4,)
+    # torch.compile reads them in place (reduce-overhead copies no input before a replay)
+    assert all(getattr(t, "_dynamo_static_input_type", None) == "unguarded" for t in first.tensors())
     for step in range(24):
         if step == 10:  # b finishes; d takes its place in the bucket
             w.alloc.free("b")

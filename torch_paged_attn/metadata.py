@@ -54,6 +54,14 @@ class StepMetadata:
         return self.block_table, self.seq_lens, self.query_start_loc, self.slot_mapping, self.positions
 
 
+def mark_static(t: Tensor) -> None:
+    """Tell ``torch.compile`` that ``t`` keeps its address from call to call (a static buffer
+    rewritten in place). ``mode="reduce-overhead"`` then reads it where it lives instead of copying
+    it into the graph's own input buffer before every replay (one copy kernel per input and step).
+    Unguarded: a different tensor in its place re-records the graph rather than recompiling."""
+    torch._dynamo.mark_static_address(t, guard=False)
+
+
 class MetadataBuilder:
     """Builds ``StepMetadata`` from a ``BlockAllocator`` into per-bucket static buffers.
 
@@ -112,6 +120,8 @@ class MetadataBuilder:
                 positions=torch.zeros(num_tokens, dtype=i64, device=dev),
                 max_query_len=max_query_len,
             )
+            for t in md.tensors():
+                mark_static(t)
             self._buffers[key] = md
         md.max_query_len = max(md.max_query_len, max_query_len)
         return md
