@@ -353,7 +353,7 @@ def test_aoti_package_is_self_contained(device, tmp_path):
         ep = torch.export.export(model, tuple(args), kwargs={"max_query_len": 1})
         path = torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp_path / "decode.pt2"))
     torch.save({"args": args, "want": want}, tmp_path / "io.pt")
-    self_contained = torch.__version__ >= "2.13"
+    self_contained = torch.__version__ >= (2, 13)
     script = textwrap.dedent(
         f"""
         import sys
