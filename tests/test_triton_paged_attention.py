@@ -272,6 +272,34 @@ def test_batch_invariant_interpreted() -> None:
     check_batch_invariance("cpu", (3,), kv_len=300, max_other=400, split=128)
 
 
+def check_long_sequences_split_finer(device: str, split: int, long_split: int, long_from: int, kv_len: int,
+                                     max_other: int, sizes: tuple[int, ...]) -> None:
+    """Batch-invariant mode splits a sequence longer than ``long_from`` keys at multiples of
+    ``long_split`` (shorter ones at ``split``): a long sequence alone gives the bits of a forced
+    ``long_split`` split, equals the reference, and keeps its bits beside short sequences."""
+    assert kv_len > long_from >= max_other
+    kw = dict(num_heads=8, num_kv_heads=2, head_size=64, block_size=16, dtype=BF16, device=device)
+    alone = make_paged_batch([1], [kv_len], seed=7, **kw)
+    options = dict(scale=0.125, causal=True, window_left=-1, window_right=-1, softcap=0.0,
+                   alibi_slopes=None, sinks=None, k_scale=None, v_scale=None, attention_chunk_size=0)
+    with _config.batch_invariant():
+        out, lse = run_triton(alone, options, max_query_len=1)
+        forced_out, forced_lse = run_triton(alone, options, max_query_len=1, split_tokens=long_split)
+        coarse_out, _ = run_triton(alone, options, max_query_len=1, split_tokens=split)
+    assert torch.equal(out, forced_out) and torch.equal(lse, forced_lse)
+    assert not torch.equal(out, coarse_out)  # the finer rule is what ran (the sums differ in rounding)
+    check_against_reference(alone, options, out, lse, BF16)
+    check_batch_invariance(device, sizes, kv_len=kv_len, max_other=max_other, split=None)
+
+
+@interpreter_tier
+def test_batch_invariant_long_sequences_interpreted(monkeypatch) -> None:
+    monkeypatch.setattr(tpa, "_INVARIANT_SPLIT_TOKENS", 512)
+    monkeypatch.setattr(tpa, "_INVARIANT_LONG_SPLIT_TOKENS", 256)
+    monkeypatch.setattr(tpa, "_INVARIANT_LONG_FROM", 600)
+    check_long_sequences_split_finer("cpu", 512, 256, 600, kv_len=1500, max_other=500, sizes=(3,))
+
+
 def check_merge_paths_bitwise(device: str, case: Case, monkeypatch) -> None:
     """Split-KV through the workspace and the combine kernel, and the same splits merged inside
     each program (what large batches do in batch-invariant mode): the same bits."""
@@ -476,6 +504,12 @@ def test_attention_fuzz_cuda(family: int) -> None:
 @gpu_tier
 def test_batch_invariant_cuda() -> None:
     check_batch_invariance("cuda", (7, 64), kv_len=3000, max_other=5000, split=None)
+
+
+@gpu_tier
+def test_batch_invariant_long_sequences_cuda() -> None:
+    check_long_sequences_split_finer("cuda", tpa._INVARIANT_SPLIT_TOKENS, tpa._INVARIANT_LONG_SPLIT_TOKENS,
+                                     tpa._INVARIANT_LONG_FROM, kv_len=20000, max_other=5000, sizes=(7, 64))
 
 
 @gpu_tier

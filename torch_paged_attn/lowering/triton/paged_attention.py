@@ -74,6 +74,12 @@ _MIN_SPLIT_TILES = 2
 # 2026-11-22, % of copy (default mode in brackets): B64 x 4096 at 1024 / 2048 / 4096: 94.9 /
 # 98.7 / 100.3 (102.5); B8 x 8192 Hq64: 83.6 / 89.6 / 63.8 (89.0). 2048 costs at most ~4 %.
 _INVARIANT_SPLIT_TOKENS = 2048
+# ... and a sequence longer than _INVARIANT_LONG_FROM keys at multiples of this many: a rule of
+# the sequence's own length, so still independent of the batch. Long sequences come in small
+# batches; B1 x 32768 with 2048-key splits ran 16 splits x 8 kv heads, half the resident program
+# slots (55.2 % of copy against 70.5 % in the default mode, which picks 1024 there).
+_INVARIANT_LONG_SPLIT_TOKENS = 1024
+_INVARIANT_LONG_FROM = 16384
 # Largest split-KV workspace (partial outputs and LSEs, float32); larger calls combine their
 # splits inside each program instead (same algebra, same bits, no workspace).
 _WORKSPACE_BYTES = 256 * 2**20
@@ -195,7 +201,8 @@ def _fp16_exponent(amax):
     return tl.exp2(tl.minimum(tl.maximum(e, -100.0), 100.0))
 
 
-@triton.jit(do_not_specialize=["num_tokens", "num_seqs", "max_blocks", "split_tokens", "num_splits"])
+@triton.jit(do_not_specialize=["num_tokens", "num_seqs", "max_blocks", "split_tokens", "long_split_tokens",
+                              "long_from", "num_splits"])
 def _attention_kernel(
     query_ptr,  # [T, Hq, D]
     key_cache_ptr, value_cache_ptr,  # [NB, BS, Hkv, D], [NB, BS, Hkv, Dv]
@@ -205,7 +212,8 @@ def _attention_kernel(
     k_scale_ptr, v_scale_ptr,  # [] or [1] float32 (IS_FP8)
     part_out_ptr, part_lse_ptr,  # [T, S, Hq, Dv], [T, S, Hq] float32, lse in log2 (WRITE_PARTIAL)
     scale, softcap, window_left, window_right, chunk_size,  # float, float, int, int, int
-    split_tokens, num_splits, num_tokens, num_seqs, num_blocks, max_blocks,
+    split_tokens, long_split_tokens, long_from,  # split size; sequences longer than long_from: the second
+    num_splits, num_tokens, num_seqs, num_blocks, max_blocks,
     stride_q_tok, stride_q_head,
     stride_kc_block, stride_kc_slot, stride_kc_head,
     stride_vc_block, stride_vc_slot, stride_vc_head,
@@ -319,6 +327,7 @@ def _attention_kernel(
         full_hi = tl.minimum(full_hi, chunk_first + chunk_size)
 
     # -- splits: this program's one (WRITE_PARTIAL) or all of the sequence's, merged in order --
+    split_tokens = tl.where(seq_len > long_from, long_split_tokens, split_tokens)
     seq_splits = tl.minimum((tl.maximum(seq_len, 0) + split_tokens - 1) // split_tokens, num_splits)
     if WRITE_PARTIAL:
         if pid_s >= seq_splits:
@@ -425,13 +434,15 @@ def _attention_kernel(
             tl.store(lse_ptr + tok.to(tl.int64) * stride_lse_tok + head * stride_lse_head, lse, mask=row_ok)
 
 
-@triton.jit(do_not_specialize=["num_tokens", "num_seqs", "split_tokens", "num_splits"])
+@triton.jit(do_not_specialize=["num_tokens", "num_seqs", "split_tokens", "long_split_tokens", "long_from",
+                              "num_splits"])
 def _combine_kernel(
     part_out_ptr, part_lse_ptr,  # [T, S, Hq, Dv], [T, S, Hq] float32, lse in log2
     seq_lens_ptr, query_start_loc_ptr,  # [B], [B + 1] int32
     sinks_ptr, v_scale_ptr,  # [Hq] (HAS_SINKS); [] or [1] float32 (IS_FP8)
     out_ptr, lse_ptr,  # [T, Hq, Dv]; [T, Hq] float32 (HAS_LSE)
-    split_tokens, num_splits, num_tokens, num_seqs, num_heads,
+    split_tokens, long_split_tokens, long_from,  # as in _attention_kernel
+    num_splits, num_tokens, num_seqs, num_heads,
     stride_sl, stride_qsl,
     stride_po_tok, stride_po_split, stride_po_head,
     stride_pl_tok, stride_pl_split,
@@ -451,6 +462,7 @@ def _combine_kernel(
     seq = tl.maximum(_find_sequence(query_start_loc_ptr, stride_qsl, num_seqs, tok, 0), 0)
     is_seq = seq < num_seqs
     seq_len = tl.load(seq_lens_ptr + seq * stride_sl, mask=is_seq, other=0)
+    split_tokens = tl.where(seq_len > long_from, long_split_tokens, split_tokens)
     seq_splits = tl.minimum((tl.maximum(seq_len, 0) + split_tokens - 1) // split_tokens, num_splits)
     v_scale = 1.0
     if IS_FP8:
@@ -554,6 +566,7 @@ def paged_attention(
     num_head_groups = cdiv(group, _MAX_HEADS_PER_PROGRAM)
     heads = cdiv(group, num_head_groups)
     invariant = _config.is_batch_invariant()
+    forced_split = split_tokens
     if invariant and split_tokens is None:
         split_tokens = _INVARIANT_SPLIT_TOKENS
     decode = invariant or max_query_len == 1 or (max_query_len < 0 and num_tokens <= num_seqs)
@@ -566,10 +579,16 @@ def paged_attention(
     block_q = block_m // heads
     num_q_blocks = num_tokens // block_q + num_seqs + 1
     busy_q_blocks = min(num_tokens // block_q + num_seqs, num_tokens)
+    capacity, partial_bytes = max_blocks * block_size, num_tokens * num_heads * (head_size_v + 1) * 4
     split_tokens, num_splits, write_partial = _plan_splits(
-        query.device, busy_q_blocks * num_kv_heads * num_head_groups, programs_per_sm,
-        max_blocks * block_size, tile_n, num_tokens * num_heads * (head_size_v + 1) * 4, split_tokens,
+        query.device, busy_q_blocks * num_kv_heads * num_head_groups, programs_per_sm, capacity, tile_n,
+        partial_bytes, split_tokens,
     )
+    long_split_tokens, long_from = split_tokens, _NO_SPLIT  # one split size for every sequence
+    if invariant and forced_split is None and capacity > _INVARIANT_LONG_FROM:
+        long_split_tokens, long_from = cdiv(_INVARIANT_LONG_SPLIT_TOKENS, tile_n) * tile_n, _INVARIANT_LONG_FROM
+        num_splits = cdiv(capacity, long_split_tokens)
+        write_partial = num_splits * partial_bytes <= _WORKSPACE_BYTES
     is_fp8 = key_cache.dtype in _FP8
     if write_partial:
         f32 = dict(dtype=torch.float32, device=query.device)
@@ -598,7 +617,8 @@ def paged_attention(
         window_left=window_left if window_left >= 0 else unbounded,
         window_right=window_right if window_right >= 0 else unbounded,
         chunk_size=max(attention_chunk_size, 1),
-        split_tokens=split_tokens, num_splits=num_splits, num_tokens=num_tokens, num_seqs=num_seqs,
+        split_tokens=split_tokens, long_split_tokens=long_split_tokens, long_from=long_from,
+        num_splits=num_splits, num_tokens=num_tokens, num_seqs=num_seqs,
         num_blocks=num_blocks, max_blocks=max_blocks,
         stride_q_tok=sq[0], stride_q_head=sq[1],
         stride_kc_block=skc[0], stride_kc_slot=skc[1], stride_kc_head=skc[2],
@@ -627,7 +647,8 @@ def paged_attention(
         part_out_ptr=part_out, part_lse_ptr=part_lse, seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc,
         sinks_ptr=sinks if sinks is not None else query, v_scale_ptr=v_scale if is_fp8 else query,
         out_ptr=out, lse_ptr=lse_t,
-        split_tokens=split_tokens, num_splits=num_splits, num_tokens=num_tokens, num_seqs=num_seqs,
+        split_tokens=split_tokens, long_split_tokens=long_split_tokens, long_from=long_from,
+        num_splits=num_splits, num_tokens=num_tokens, num_seqs=num_seqs,
         num_heads=num_heads,
         stride_sl=ssl, stride_qsl=sqsl,
         stride_po_tok=po_strides[0], stride_po_split=po_strides[1], stride_po_head=po_strides[2],
