@@ -300,6 +300,26 @@ def test_batch_invariant_long_sequences_interpreted(monkeypatch) -> None:
     check_long_sequences_split_finer("cpu", 512, 256, 600, kv_len=1500, max_other=500, sizes=(3,))
 
 
+def test_busy_query_blocks_bound_every_layout() -> None:
+    """The split plan's count of query blocks that hold a token is an upper bound for every batch
+    the shapes and the ``max_query_len`` hint allow (counted the way the kernel assigns blocks:
+    ``cdiv(q_len, BLOCK_Q)`` per sequence), and exact for uniform batches with or without it."""
+    rng = random.Random(7)
+    for _ in range(2000):
+        num_seqs, block_q, hint = rng.randint(1, 40), rng.choice((1, 2, 4, 8, 16)), rng.randint(1, 40)
+        q_lens = [rng.randint(0, hint) for _ in range(num_seqs)]
+        num_tokens = sum(q_lens)
+        if num_tokens == 0:
+            continue
+        used = sum(-(-q // block_q) for q in q_lens)
+        assert used <= tpa._busy_q_blocks(num_tokens, num_seqs, block_q, hint)
+        assert 1 <= tpa._busy_q_blocks(num_tokens, num_seqs, block_q, -1) <= num_tokens  # no hint
+    for num_seqs, q_len, block_q in ((64, 2, 2), (64, 2, 4), (8, 5, 4), (3, 1, 1), (64, 1, 4)):
+        exact = num_seqs * -(-q_len // block_q)
+        for hint in (q_len, -1):
+            assert tpa._busy_q_blocks(num_seqs * q_len, num_seqs, block_q, hint) == exact
+
+
 def check_merge_paths_bitwise(device: str, case: Case, monkeypatch) -> None:
     """Split-KV through the workspace and the combine kernel, and the same splits merged inside
     each program (what large batches do in batch-invariant mode): the same bits."""

@@ -36,6 +36,7 @@ from .paged_attention import (
     _NO_LIMIT,
     _NO_SPLIT,
     _abs_max,
+    _busy_q_blocks,
     _combine_kernel,
     _dot,
     _fp16_exponent,
@@ -327,7 +328,7 @@ def mla_decode(
     is_fp8 = kv_cache.dtype in _FP8
     tile_n, num_warps, num_stages, programs_per_sm = (_FP8_CONFIGS if is_fp8 else _CONFIGS)[block_m]
     num_q_blocks = num_tokens // block_q + num_seqs + 1
-    busy_q_blocks = min(num_tokens // block_q + num_seqs, num_tokens)
+    busy_q_blocks = _busy_q_blocks(num_tokens, num_seqs, block_q, max_query_len)
     split_tokens, num_splits, write_partial = _plan_splits(
         q_latent.device, busy_q_blocks * num_head_groups, programs_per_sm,
         max_blocks * block_size, tile_n, num_tokens * num_heads * (latent + 1) * 4, split_tokens,

@@ -517,6 +517,18 @@ def _pad(size: int) -> int:
     return max(16, next_power_of_2(size))
 
 
+def _busy_q_blocks(num_tokens: int, num_seqs: int, block_q: int, max_query_len: int) -> int:
+    """Query blocks that hold a token (of ``num_tokens // block_q + num_seqs + 1`` launched), for
+    the split-KV plan only (the grid always covers the worst case). A sequence of q tokens fills
+    ``cdiv(q, block_q)`` blocks: at most ``(num_tokens + num_seqs * (block_q - 1)) // block_q``
+    in all, and ``num_seqs * cdiv(max_query_len, block_q)`` with the hint (> 0). Without a hint,
+    the count of a batch of equal query lengths (exact for uniform speculative batches; a batch of
+    unequal lengths then gets more splits than it needs, never fewer slots than programs)."""
+    upper = min(num_tokens, (num_tokens + num_seqs * (block_q - 1)) // block_q)
+    per_seq = max_query_len if max_query_len > 0 else cdiv(num_tokens, max(num_seqs, 1))
+    return min(upper, num_seqs * cdiv(per_seq, block_q))
+
+
 def _plan_splits(
     device: torch.device, programs_per_split: int, programs_per_sm: int, capacity: int, tile_n: int,
     partial_bytes_per_split: int, split_tokens: int | None,
@@ -578,7 +590,7 @@ def paged_attention(
     block_m = max(block_m, next_power_of_2(heads))
     block_q = block_m // heads
     num_q_blocks = num_tokens // block_q + num_seqs + 1
-    busy_q_blocks = min(num_tokens // block_q + num_seqs, num_tokens)
+    busy_q_blocks = _busy_q_blocks(num_tokens, num_seqs, block_q, max_query_len)
     capacity, partial_bytes = max_blocks * block_size, num_tokens * num_heads * (head_size_v + 1) * 4
     split_tokens, num_splits, write_partial = _plan_splits(
         query.device, busy_q_blocks * num_kv_heads * num_head_groups, programs_per_sm, capacity, tile_n,
