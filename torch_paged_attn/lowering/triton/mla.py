@@ -63,7 +63,7 @@ _QUERY_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 # BLOCK_M 32 (H32, or H16 with 2 speculative tokens): not swept; between the two.
 _CONFIGS = {
     16: (64, 4, 2, 2),
-    32: (32, 8, 2, 1),
+    32: (32, 4, 3, 2),
     64: (64, 8, 2, 1),
 }
 # fp8 caches (bf16 queries, fp16 dots), BLOCK_M 16, B128 x 4096 H16: (32, 4, 3, 4) 26.5 % of copy,
