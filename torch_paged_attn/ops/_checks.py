@@ -11,12 +11,13 @@ layout or value) with a message ``"<op>: <argument>: expected <what>, got <what>
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
+
+from .._config import EnvVar
 
 FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -208,9 +209,13 @@ class Validated:
         self.signatures.add(signature)
 
 
+_DEBUG = EnvVar("TORCH_PAGED_ATTN_DEBUG", lambda s: s not in ("", "0"))
+
+
 def debug_checks_enabled(*tensors: Tensor) -> bool:
-    """True when ``TORCH_PAGED_ATTN_DEBUG=1`` and the call runs on real tensors (not traced)."""
-    if os.environ.get("TORCH_PAGED_ATTN_DEBUG", "0") in ("", "0"):
+    """True when ``TORCH_PAGED_ATTN_DEBUG=1`` (read at each call) and the call runs on real
+    tensors (not traced)."""
+    if not _DEBUG.get():
         return False
     if torch.compiler.is_compiling():
         return False

@@ -32,11 +32,12 @@ launched (tests and debugging; as slow as ``kernel[grid]``).
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any, Callable
 
 import torch
 from torch.library import wrap_triton
+
+from ..._config import EnvVar
 
 _ENV = "TORCH_PAGED_ATTN_FAST_LAUNCH"
 # Triton versions (major.minor) whose JITFunction.run / CompiledKernel.run protocol this module
@@ -68,10 +69,12 @@ def launch(kernel, grid, like: torch.Tensor):
     return wrap_triton(kernel)[grid]
 
 
+_MODE = EnvVar(_ENV, lambda mode: "0" if mode in ("", "0") else mode, unset="1")
+
+
 def fast_launch_mode() -> str:
     """``TORCH_PAGED_ATTN_FAST_LAUNCH``, read per launch: ``"1"`` (default), ``"0"`` or ``"check"``."""
-    mode = os.environ.get(_ENV, "1")
-    return "0" if mode in ("", "0") else mode
+    return _MODE.get()
 
 
 class FastLauncher:
