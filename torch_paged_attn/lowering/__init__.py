@@ -79,25 +79,49 @@ def select(op: str, facts: dict[str, Any]) -> ModuleType:
     return choice
 
 
-# Entries of _CHOICES by call signature (see select_by_signature) before the dict is cleared:
-# shapes vary between prefill calls, so the table is bounded like the ops' validation cache.
+# Entries of _CHOICES by call signature (see plan) before the dict is cleared: shapes vary between
+# prefill calls, so the table is bounded.
 _SIGNATURE_LIMIT = 4096
 
 
-def select_by_signature(op: str, signature: tuple | None, facts: Callable[[], dict[str, Any]]) -> ModuleType:
-    """``select(op, facts())``, remembered under ``signature``: a hashable summary of the call
-    from which ``facts()`` is computed (the ops' validation signature and the option values it
-    lacks), so a repeated call, a decode step, skips building its facts (~20 us of host time for
-    paged_attention on a 2-core machine, 2026-11). ``None`` (tracing, symbolic sizes): no memory."""
+def planned(signature: tuple | None) -> Callable | None:
+    """The runner ``plan`` made for a call of this signature under the current backend setting and
+    batch-invariant mode, None when there is none yet (or ``signature`` is None)."""
     if signature is None:
-        return select(op, facts())
-    key = ("signature", signature, _config.get_backend(), _config.is_batch_invariant())
-    choice = _CHOICES.get(key)
-    if choice is None:
+        return None
+    return _CHOICES.get((signature, *_config.flags()))
+
+
+def plan(op: str, signature: tuple | None, facts: Callable[[], dict[str, Any]], args: tuple,
+         options: dict[str, Any]) -> Callable:
+    """The runner of a call of ``op`` (``args`` positional, ``options`` by keyword, as the out-form
+    functions above take them): ``run(*args, options)`` runs the call, or another of the same
+    signature, on the backend ``select(op, facts())`` picks.
+
+    A backend may expose ``prepare_<op>(*args, **options)``, which derives everything a call of
+    this signature needs (tile configuration, split plan, grid, constant launch arguments) once and
+    returns the runner; otherwise the runner calls the backend's function. ``signature`` (a hashable
+    summary of everything the runner derives from: shapes, strides, dtypes, devices and option
+    values of the call, never tensor values; None while tracing) keys the runner, with the backend
+    setting and batch-invariant mode, for ``planned``: a repeated call, a decode step, skips facts,
+    selection and planning (paged_attention: ~20 us of host time to ~6 us with no-op launches,
+    2-core CPU, 2026-11).
+    """
+    backend = select(op, facts())
+    prepare = getattr(backend, f"prepare_{op}", None)
+    run = prepare(*args, **options) if prepare is not None else _unprepared(getattr(backend, op))
+    if signature is not None:
         if len(_CHOICES) >= _SIGNATURE_LIMIT:
             _CHOICES.clear()
-        choice = _CHOICES[key] = select(op, facts())
-    return choice
+        _CHOICES[(signature, *_config.flags())] = run
+    return run
+
+
+def _unprepared(function: Callable) -> Callable:
+    def run(*args):
+        return function(*args[:-1], **args[-1])
+
+    return run
 
 
 def _chain(op: str, facts: dict[str, Any]) -> tuple[str, ...]:

@@ -55,6 +55,15 @@ def next_power_of_2(n: int) -> int:
     return 0 if n <= 0 else 1 << (n - 1).bit_length()
 
 
+def contiguous_strides(*shape: int) -> tuple[int, ...]:
+    """Strides of ``torch.empty(shape)`` (a size below 1 counts as 1, as torch counts it)."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
 def launch(kernel, grid, like: torch.Tensor):
     """The launcher of ``kernel`` over ``grid`` for a call whose tensors look like ``like``;
     call it with the kernel's arguments by keyword."""
