@@ -89,7 +89,10 @@ def planned(signature: tuple | None) -> Callable | None:
     batch-invariant mode, None when there is none yet (or ``signature`` is None)."""
     if signature is None:
         return None
-    return _CHOICES.get((signature, *_config.flags()))
+    try:
+        return _CHOICES.get((signature, *_config.flags()))
+    except TypeError:  # unhashable (a symbolic scalar): never remembered
+        return None
 
 
 def plan(op: str, signature: tuple | None, facts: Callable[[], dict[str, Any]], args: tuple,
@@ -113,7 +116,10 @@ def plan(op: str, signature: tuple | None, facts: Callable[[], dict[str, Any]], 
     if signature is not None:
         if len(_CHOICES) >= _SIGNATURE_LIMIT:
             _CHOICES.clear()
-        _CHOICES[(signature, *_config.flags())] = run
+        try:
+            _CHOICES[(signature, *_config.flags())] = run
+        except TypeError:  # unhashable (a symbolic scalar): not remembered
+            pass
     return run
 
 
