@@ -4,7 +4,9 @@ Every backend is a module exposing ``supports(op, facts) -> str | None`` (None w
 call, else the reason it cannot) and, for each op it implements, a function of the same name with
 the *out-form* signature below (it writes into ``out`` / ``lse`` / the caches and returns None);
 a backend split into several modules (Triton: one per kernel family) also exposes
-``module_for(op)``, the module holding that function. Backends never import one another; this
+``module_for(op)``, the module holding that function. A module may also expose
+``prepare_<op>(same arguments)``, returning a runner that repeats the call for any tensors of the
+same shapes, strides, dtypes, devices and option values (see ``plan``). Backends never import one another; this
 module imports them lazily. Each ``*_out`` op runs its functional form's function
 (``paged_attention_out`` runs ``paged_attention``).
 
@@ -103,12 +105,14 @@ def plan(op: str, signature: tuple | None, facts: Callable[[], dict[str, Any]], 
 
     A backend may expose ``prepare_<op>(*args, **options)``, which derives everything a call of
     this signature needs (tile configuration, split plan, grid, constant launch arguments) once and
-    returns the runner; otherwise the runner calls the backend's function. ``signature`` (a hashable
-    summary of everything the runner derives from: shapes, strides, dtypes, devices and option
-    values of the call, never tensor values; None while tracing) keys the runner, with the backend
-    setting and batch-invariant mode, for ``planned``: a repeated call, a decode step, skips facts,
-    selection and planning (paged_attention: ~20 us of host time to ~6 us with no-op launches,
-    2-core CPU, 2026-11).
+    returns the runner; otherwise the runner calls the backend's function. ``signature`` (a
+    summary of everything validation and the runner derive from: shapes, strides, dtypes, devices
+    and option values of the call, never tensor values; None while tracing) keys the runner, with
+    the backend setting and batch-invariant mode, for ``planned``: a repeated call, a decode step,
+    skips validation, facts, selection and planning and goes straight to allocation and launch
+    (paged_attention with no-op launches: 20.4 us of host time a call before, 11.9 us after,
+    2-core CPU, 2026-11). Plans read a backend module's tuning constants when they are made:
+    after changing one, clear them (``_CHOICES.clear()``, as the tests do).
     """
     backend = select(op, facts())
     prepare = getattr(backend, f"prepare_{op}", None)
