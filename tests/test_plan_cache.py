@@ -27,14 +27,21 @@ pytestmark = pytest.mark.skipif(not _INTERPRET, reason="needs TRITON_INTERPRET=1
 
 
 @pytest.fixture
-def prepared(monkeypatch):
-    """Ops on CPU tensors take the Triton backend; returns the list of (num_tokens, split_tokens
-    batch-invariant mode) of every plan ``prepare_paged_attention`` makes."""
+def on_triton(monkeypatch):
+    """Ops on CPU tensors take the Triton backend, from no plans, in the default settings."""
     choose = lowering._choose
     monkeypatch.setattr(lowering, "_choose", lambda op, facts: choose(op, {**facts, "device": "cuda"}))
     monkeypatch.delenv("TORCH_PAGED_ATTN_BATCH_INVARIANT", raising=False)
     monkeypatch.delenv("TORCH_PAGED_ATTN_BACKEND", raising=False)
     lowering._CHOICES.clear()
+    yield
+    lowering._CHOICES.clear()
+
+
+@pytest.fixture
+def prepared(on_triton, monkeypatch):
+    """The list of (num_tokens, batch-invariant mode) of every plan ``prepare_paged_attention``
+    makes."""
     made = []
     prepare = tpa.prepare_paged_attention
 
@@ -43,8 +50,7 @@ def prepared(monkeypatch):
         return prepare(query, *args, **options)
 
     monkeypatch.setattr(tpa, "prepare_paged_attention", spy)
-    yield made
-    lowering._CHOICES.clear()
+    return made
 
 
 def _check(batch, out, lse):
@@ -113,3 +119,34 @@ def test_bad_input_after_planned_call_raises(prepared, broken):
         exc, match = ValueError, "paged_attention: scale: expected a finite float"
     with pytest.raises(exc, match=match):
         pa.paged_attention(*args, scale=scale, return_lse=True)
+
+
+def test_cache_write_plans_per_shape(on_triton):
+    """reshape_and_cache: a repeated signature writes each call's values; another number of slots
+    plans again (its grid and ``num_tokens`` differ); a bad input after planned calls raises."""
+    kc, vc = torch.zeros(4, 16, 2, 32), torch.zeros(4, 16, 2, 32)
+    for seed, slots in ((0, [17, 5]), (1, [17, 5]), (2, [3, 40, 63])):
+        g = torch.Generator().manual_seed(seed)
+        k, v = torch.randn(len(slots), 2, 32, generator=g), torch.randn(len(slots), 2, 32, generator=g)
+        pa.reshape_and_cache(k, v, kc, vc, torch.tensor(slots))
+        for t, s in enumerate(slots):
+            assert torch.equal(kc[s // 16, s % 16], k[t]) and torch.equal(vc[s // 16, s % 16], v[t])
+    with pytest.raises(TypeError, match="reshape_and_cache: value: expected dtype float32"):
+        pa.reshape_and_cache(k, v.half(), kc, vc, torch.tensor([3, 40, 63]))
+
+
+def test_merge_out_with_and_without_lse(on_triton):
+    """merge_attn_states_out with an LSE and then without: separate plans (HAS_LSE differs); the
+    LSE given before is not written by the second call."""
+    g = torch.Generator().manual_seed(3)
+    po, so = torch.randn(3, 2, 32, generator=g), torch.randn(3, 2, 32, generator=g)
+    pl, sl = torch.randn(3, 2, generator=g), torch.randn(3, 2, generator=g)
+    truth, truth_lse = torch.empty(3, 2, 32, dtype=torch.float64), torch.empty(3, 2, dtype=torch.float64)
+    reference.merge_attn_states(po.double(), pl.double(), so.double(), sl.double(), truth, truth_lse)
+    out, lse = torch.empty_like(po), torch.empty_like(pl)
+    pa.merge_attn_states_out(po, pl, so, sl, out, lse)
+    assert_close(out, truth, name="out")
+    assert_close(lse, truth_lse, name="lse")
+    out2, kept = torch.full_like(po, float("nan")), lse.clone()
+    pa.merge_attn_states_out(po, pl, so, sl, out2, None)
+    assert torch.equal(out2, out) and torch.equal(lse, kept)

@@ -56,11 +56,12 @@ def next_power_of_2(n: int) -> int:
 
 
 def contiguous_strides(*shape: int) -> tuple[int, ...]:
-    """Strides of ``torch.empty(shape)`` (a size below 1 counts as 1, as torch counts it)."""
+    """Strides of ``torch.empty(shape)`` for sizes >= 1 (torch counts a size of 0 as 1). No
+    comparison of sizes: symbolic sizes while tracing give expressions, never guards."""
     strides, step = [], 1
     for size in reversed(shape):
         strides.append(step)
-        step *= max(size, 1)
+        step = step * size
     return tuple(reversed(strides))
 
 
