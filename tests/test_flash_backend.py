@@ -211,18 +211,26 @@ def test_the_setting_is_part_of_the_cache_key(monkeypatch):
     assert _name(lowering.select("paged_attention", facts)) == "triton.paged_attention"
 
 
-def test_choice_by_signature_follows_the_setting_and_builds_facts_once(monkeypatch):
-    """``select_by_signature`` remembers a call signature's choice per backend setting and
-    batch-invariant mode: switching either decides again; repeating builds no facts."""
+def test_plan_by_signature_follows_the_setting_and_builds_facts_once(monkeypatch):
+    """``lowering.plan`` remembers a call signature's runner per backend setting and batch-invariant
+    mode (``planned``): switching either selects again; repeating builds no facts."""
     _fake_fa4_installed(monkeypatch)
     built = []
+    select = lowering.select
+
+    def selected(op, facts):  # a backend whose runner returns the name of the one select picked
+        name = _name(select(op, facts))
+        return types.SimpleNamespace(paged_attention=lambda **options: name)
+
+    monkeypatch.setattr(lowering, "select", selected)
 
     def facts():
         built.append(1)
         return _facts(query_tokens_per_seq=2048)
 
-    def choose():
-        return _name(lowering.select_by_signature("paged_attention", ("a call",), facts))
+    def choose(signature=("a call",)):
+        run = lowering.planned(signature) or lowering.plan("paged_attention", signature, facts, (), {})
+        return run({})
 
     assert choose() == "flash" and choose() == "flash"  # auto, prefill-like
     with pa.backend("triton"):
@@ -233,7 +241,7 @@ def test_choice_by_signature_follows_the_setting_and_builds_facts_once(monkeypat
         assert choose() == "reference" and choose() == "reference"
     assert choose() == "flash"
     assert len(built) == 4  # auto, triton, batch-invariant, reference: once each
-    assert _name(lowering.select_by_signature("paged_attention", None, facts)) == "flash"
+    assert choose(None) == "flash" and lowering.planned(None) is None
     assert len(built) == 5  # no signature: nothing remembered
 
 

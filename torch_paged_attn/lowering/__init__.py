@@ -4,7 +4,9 @@ Every backend is a module exposing ``supports(op, facts) -> str | None`` (None w
 call, else the reason it cannot) and, for each op it implements, a function of the same name with
 the *out-form* signature below (it writes into ``out`` / ``lse`` / the caches and returns None);
 a backend split into several modules (Triton: one per kernel family) also exposes
-``module_for(op)``, the module holding that function. Backends never import one another; this
+``module_for(op)``, the module holding that function. A module may also expose
+``prepare_<op>(same arguments)``, returning a runner that repeats the call for any tensors of the
+same shapes, strides, dtypes, devices and option values (see ``plan``). Backends never import one another; this
 module imports them lazily. Each ``*_out`` op runs its functional form's function
 (``paged_attention_out`` runs ``paged_attention``).
 
@@ -79,25 +81,57 @@ def select(op: str, facts: dict[str, Any]) -> ModuleType:
     return choice
 
 
-# Entries of _CHOICES by call signature (see select_by_signature) before the dict is cleared:
-# shapes vary between prefill calls, so the table is bounded like the ops' validation cache.
+# Entries of _CHOICES by call signature (see plan) before the dict is cleared: shapes vary between
+# prefill calls, so the table is bounded.
 _SIGNATURE_LIMIT = 4096
 
 
-def select_by_signature(op: str, signature: tuple | None, facts: Callable[[], dict[str, Any]]) -> ModuleType:
-    """``select(op, facts())``, remembered under ``signature``: a hashable summary of the call
-    from which ``facts()`` is computed (the ops' validation signature and the option values it
-    lacks), so a repeated call, a decode step, skips building its facts (~20 us of host time for
-    paged_attention on a 2-core machine, 2026-11). ``None`` (tracing, symbolic sizes): no memory."""
+def planned(signature: tuple | None) -> Callable | None:
+    """The runner ``plan`` made for a call of this signature under the current backend setting and
+    batch-invariant mode, None when there is none yet (or ``signature`` is None)."""
     if signature is None:
-        return select(op, facts())
-    key = ("signature", signature, _config.get_backend(), _config.is_batch_invariant())
-    choice = _CHOICES.get(key)
-    if choice is None:
+        return None
+    try:
+        return _CHOICES.get((signature, *_config.flags()))
+    except TypeError:  # unhashable (a symbolic scalar): never remembered
+        return None
+
+
+def plan(op: str, signature: tuple | None, facts: Callable[[], dict[str, Any]], args: tuple,
+         options: dict[str, Any]) -> Callable:
+    """The runner of a call of ``op`` (``args`` positional, ``options`` by keyword, as the out-form
+    functions above take them): ``run(*args, options)`` runs the call, or another of the same
+    signature, on the backend ``select(op, facts())`` picks.
+
+    A backend may expose ``prepare_<op>(*args, **options)``, which derives everything a call of
+    this signature needs (tile configuration, split plan, grid, constant launch arguments) once and
+    returns the runner; otherwise the runner calls the backend's function. ``signature`` (a
+    summary of everything validation and the runner derive from: shapes, strides, dtypes, devices
+    and option values of the call, never tensor values; None while tracing) keys the runner, with
+    the backend setting and batch-invariant mode, for ``planned``: a repeated call, a decode step,
+    skips validation, facts, selection and planning and goes straight to allocation and launch
+    (paged_attention with no-op launches: 20.4 us of host time a call before, 11.9 us after,
+    2-core CPU, 2026-11). Plans read a backend module's tuning constants when they are made:
+    after changing one, clear them (``_CHOICES.clear()``, as the tests do).
+    """
+    backend = select(op, facts())
+    prepare = getattr(backend, f"prepare_{op}", None)
+    run = prepare(*args, **options) if prepare is not None else _unprepared(getattr(backend, op))
+    if signature is not None:
         if len(_CHOICES) >= _SIGNATURE_LIMIT:
             _CHOICES.clear()
-        choice = _CHOICES[key] = select(op, facts())
-    return choice
+        try:
+            _CHOICES[(signature, *_config.flags())] = run
+        except TypeError:  # unhashable (a symbolic scalar): not remembered
+            pass
+    return run
+
+
+def _unprepared(function: Callable) -> Callable:
+    def run(*args):
+        return function(*args[:-1], **args[-1])
+
+    return run
 
 
 def _chain(op: str, facts: dict[str, Any]) -> tuple[str, ...]:

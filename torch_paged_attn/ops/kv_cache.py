@@ -10,20 +10,17 @@ from torch import Tensor
 from .. import lowering
 from ._checks import (
     CACHE_DTYPES,
+    FP8_DTYPES,
     FLOAT_DTYPES,
     INDEX_DTYPES,
     SLOT_DTYPES,
     Checker,
-    Validated,
     arg_types,
     check_arg_types,
     debug_checks_enabled,
     signature,
 )
 from ._library import declare
-
-_VALIDATED = Validated()
-
 
 def _check_slots(c: Checker, slot_mapping: Tensor, num_rows: int, num_slots: int, rows_arg: str) -> None:
     c.tensor("slot_mapping", slot_mapping, dim=1, dtypes=SLOT_DTYPES, last_contiguous=False)
@@ -52,13 +49,16 @@ def _reshape_and_cache(
     v_scale: Tensor | None = None,
 ) -> None:
     tensors = (key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
-    call = signature("reshape_and_cache", tensors)
-    if not _VALIDATED.hit(call, key, slot_mapping):
+    call = signature("reshape_and_cache", tensors)  # what validation reads: the key of the plan
+    run = lowering.planned(call)
+    if run is None or debug_checks_enabled(key, slot_mapping):
         _check_reshape_and_cache(*tensors)
-        _VALIDATED.remember(call)
-    facts = {"device": key.device.type, "dtype": key.dtype, "cache_dtype": key_cache.dtype}
-    backend = lowering.select("reshape_and_cache", facts)
-    backend.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
+    if run is None:
+        def facts() -> dict:
+            return {"device": key.device.type, "dtype": key.dtype, "cache_dtype": key_cache.dtype}
+
+        run = lowering.plan("reshape_and_cache", call, facts, tensors, {})
+    run(*tensors, {})
 
 
 def _check_reshape_and_cache(
@@ -155,6 +155,22 @@ def _concat_and_cache_mla(
     slot_mapping: Tensor,
     scale: Tensor | None = None,
 ) -> None:
+    tensors = (kv_c, k_pe, kv_cache, slot_mapping, scale)
+    call = signature("concat_and_cache_mla", tensors)  # what validation reads: the key of the plan
+    run = lowering.planned(call)
+    if run is None or debug_checks_enabled(kv_c, slot_mapping):
+        _check_concat_and_cache_mla(*tensors)
+    if run is None:
+        def facts() -> dict:
+            return {"device": kv_c.device.type, "dtype": kv_c.dtype, "cache_dtype": kv_cache.dtype}
+
+        run = lowering.plan("concat_and_cache_mla", call, facts, tensors, {})
+    run(*tensors, {})
+
+
+def _check_concat_and_cache_mla(
+    kv_c: Tensor, k_pe: Tensor, kv_cache: Tensor, slot_mapping: Tensor, scale: Tensor | None
+) -> None:
     op = "concat_and_cache_mla"
     if not isinstance(kv_c, Tensor):
         raise TypeError(f"{op}: kv_c: expected a torch.Tensor, got {type(kv_c).__name__}")
@@ -171,9 +187,6 @@ def _concat_and_cache_mla(
         c.fail("kv_cache", f"row width {latent + k_pe.shape[1]} (kv_c + k_pe)", str(width))
     c.scale("scale", scale, "kv_cache", kv_cache.dtype)
     _check_slots(c, slot_mapping, num_rows, num_blocks * block_size, "kv_c")
-    facts = {"device": kv_c.device.type, "dtype": kv_c.dtype, "cache_dtype": kv_cache.dtype}
-    backend = lowering.select("concat_and_cache_mla", facts)
-    backend.concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, scale)
 
 
 _CONCAT_TYPES = arg_types(
@@ -227,6 +240,29 @@ def _gather_cache(
     out: Tensor,
     scale: Tensor | None = None,
 ) -> None:
+    if scale is not None and isinstance(kv_cache, Tensor) and kv_cache.dtype not in FP8_DTYPES:
+        scale = None  # ignored for bf16/fp16/fp32 caches
+    tensors = (kv_cache, block_table, cu_seq_lens, seq_starts, out, scale)
+    call = signature("gather_cache", tensors)  # what validation reads: the key of the plan
+    run = lowering.planned(call)
+    if run is None or debug_checks_enabled(kv_cache, block_table, cu_seq_lens):
+        _check_gather_cache(*tensors)
+    if run is None:
+        def facts() -> dict:
+            return {"device": kv_cache.device.type, "dtype": out.dtype, "cache_dtype": kv_cache.dtype}
+
+        run = lowering.plan("gather_cache", call, facts, tensors, {})
+    run(*tensors, {})
+
+
+def _check_gather_cache(
+    kv_cache: Tensor,
+    block_table: Tensor,
+    cu_seq_lens: Tensor,
+    seq_starts: Tensor | None,
+    out: Tensor,
+    scale: Tensor | None,
+) -> None:
     op = "gather_cache"
     if not isinstance(kv_cache, Tensor):
         raise TypeError(f"{op}: kv_cache: expected a torch.Tensor, got {type(kv_cache).__name__}")
@@ -240,8 +276,6 @@ def _gather_cache(
     if seq_starts is not None:
         c.tensor("seq_starts", seq_starts, shape=(num_seqs,), dtypes=INDEX_DTYPES, last_contiguous=False)
     c.tensor("out", out, shape=(None,) + tuple(kv_cache.shape[2:]), dtypes=FLOAT_DTYPES)
-    if kv_cache.dtype not in (torch.float8_e4m3fn, torch.float8_e5m2) and scale is not None:
-        scale = None  # ignored for bf16/fp16/fp32 caches
     c.scale("scale", scale, "kv_cache", kv_cache.dtype)
     if debug_checks_enabled(kv_cache, block_table, cu_seq_lens):
         cu = cu_seq_lens.long()
@@ -273,9 +307,6 @@ def _gather_cache(
             f"block ids in [0, {num_blocks}) in the used part",
             ids,
         )
-    facts = {"device": kv_cache.device.type, "dtype": out.dtype, "cache_dtype": kv_cache.dtype}
-    backend = lowering.select("gather_cache", facts)
-    backend.gather_cache(kv_cache, block_table, cu_seq_lens, seq_starts, out, scale)
 
 
 _GATHER_TYPES = arg_types(

@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 
 from .. import lowering
-from ._checks import FLOAT_DTYPES, Checker, arg_types, check_arg_types
+from ._checks import FLOAT_DTYPES, Checker, arg_types, check_arg_types, signature
 from ._library import declare
 
 
@@ -38,11 +38,16 @@ def _facts(prefix_out: Tensor, lse: Tensor | None) -> dict:
 def _merge_attn_states(
     prefix_out: Tensor, prefix_lse: Tensor, suffix_out: Tensor, suffix_lse: Tensor
 ) -> tuple[Tensor, Tensor]:
-    _check_merge("merge_attn_states", prefix_out, prefix_lse, suffix_out, suffix_lse)
+    tensors = (prefix_out, prefix_lse, suffix_out, suffix_lse)
+    call = signature("merge_attn_states", tensors)  # what validation reads: the key of the plan
+    run = lowering.planned(call)
+    if run is None:
+        _check_merge("merge_attn_states", *tensors)
     out = prefix_out.new_empty(prefix_out.shape)
     lse = prefix_lse.new_empty(prefix_lse.shape)
-    backend = lowering.select("merge_attn_states", _facts(prefix_out, lse))
-    backend.merge_attn_states(prefix_out, prefix_lse, suffix_out, suffix_lse, out, lse)
+    if run is None:
+        run = lowering.plan("merge_attn_states", call, lambda: _facts(prefix_out, lse), (*tensors, out, lse), {})
+    run(*tensors, out, lse, {})
     return out, lse
 
 
@@ -55,12 +60,16 @@ def _merge_attn_states_out(
     out: Tensor,
     lse: Tensor | None,  # no schema default: torch 2.11 drops a trailing mutable default argument
 ) -> None:
-    c = _check_merge("merge_attn_states_out", prefix_out, prefix_lse, suffix_out, suffix_lse)
-    c.tensor("out", out, shape=tuple(prefix_out.shape), dtypes=(prefix_out.dtype,))
-    if lse is not None:
-        c.tensor("lse", lse, shape=tuple(prefix_lse.shape), dtypes=(torch.float32,), last_contiguous=False)
-    backend = lowering.select("merge_attn_states", _facts(prefix_out, lse))
-    backend.merge_attn_states(prefix_out, prefix_lse, suffix_out, suffix_lse, out, lse)
+    args = (prefix_out, prefix_lse, suffix_out, suffix_lse, out, lse)
+    call = signature("merge_attn_states_out", args)  # what validation reads: the key of the plan
+    run = lowering.planned(call)
+    if run is None:
+        c = _check_merge("merge_attn_states_out", prefix_out, prefix_lse, suffix_out, suffix_lse)
+        c.tensor("out", out, shape=tuple(prefix_out.shape), dtypes=(prefix_out.dtype,))
+        if lse is not None:
+            c.tensor("lse", lse, shape=tuple(prefix_lse.shape), dtypes=(torch.float32,), last_contiguous=False)
+        run = lowering.plan("merge_attn_states", call, lambda: _facts(prefix_out, lse), args, {})
+    run(*args, {})
 
 
 _MERGE_KINDS = (
@@ -148,11 +157,15 @@ def _facts_n(outs: Tensor, lse: Tensor | None) -> dict:
 
 @declare("merge_attn_states_n")
 def _merge_attn_states_n(outs: Tensor, lses: Tensor) -> tuple[Tensor, Tensor]:
-    _check_merge_n("merge_attn_states_n", outs, lses)
+    call = signature("merge_attn_states_n", (outs, lses))  # what validation reads: the key of the plan
+    run = lowering.planned(call)
+    if run is None:
+        _check_merge_n("merge_attn_states_n", outs, lses)
     out = outs.new_empty(outs.shape[1:])
     lse = lses.new_empty(lses.shape[1:])
-    backend = lowering.select("merge_attn_states_n", _facts_n(outs, lse))
-    backend.merge_attn_states_n(outs, lses, out, lse)
+    if run is None:
+        run = lowering.plan("merge_attn_states_n", call, lambda: _facts_n(outs, lse), (outs, lses, out, lse), {})
+    run(outs, lses, out, lse, {})
     return out, lse
 
 
@@ -163,12 +176,16 @@ def _merge_attn_states_n_out(
     out: Tensor,
     lse: Tensor | None,  # no schema default: torch 2.11 drops a trailing mutable default argument
 ) -> None:
-    c = _check_merge_n("merge_attn_states_n_out", outs, lses)
-    c.tensor("out", out, shape=tuple(outs.shape[1:]), dtypes=(outs.dtype,))
-    if lse is not None:
-        c.tensor("lse", lse, shape=tuple(lses.shape[1:]), dtypes=(torch.float32,), last_contiguous=False)
-    backend = lowering.select("merge_attn_states_n", _facts_n(outs, lse))
-    backend.merge_attn_states_n(outs, lses, out, lse)
+    args = (outs, lses, out, lse)
+    call = signature("merge_attn_states_n_out", args)  # what validation reads: the key of the plan
+    run = lowering.planned(call)
+    if run is None:
+        c = _check_merge_n("merge_attn_states_n_out", outs, lses)
+        c.tensor("out", out, shape=tuple(outs.shape[1:]), dtypes=(outs.dtype,))
+        if lse is not None:
+            c.tensor("lse", lse, shape=tuple(lses.shape[1:]), dtypes=(torch.float32,), last_contiguous=False)
+        run = lowering.plan("merge_attn_states_n", call, lambda: _facts_n(outs, lse), args, {})
+    run(*args, {})
 
 
 _MERGE_N_TYPES = arg_types(("outs", "tensor"), ("lses", "tensor"))

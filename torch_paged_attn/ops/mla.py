@@ -12,7 +12,6 @@ from ._checks import (
     CACHE_DTYPES,
     FLOAT_DTYPES,
     Checker,
-    Validated,
     arg_types,
     check_arg_types,
     check_batch,
@@ -21,9 +20,6 @@ from ._checks import (
     signature,
 )
 from ._library import declare
-
-_VALIDATED = Validated()
-
 
 def _check_mla_decode(
     q_latent: Tensor,
@@ -74,28 +70,30 @@ def _mla_decode(
     kv_scale: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     tensors = (q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc)
-    call = signature("mla_decode", (*tensors, kv_scale), (scale,))
-    if not _VALIDATED.hit(call, *tensors):
+    # what validation reads, and causal: the key of the call's plan (lowering.plan)
+    call = signature("mla_decode", (*tensors, kv_scale), (scale, causal))
+    run = lowering.planned(call)
+    if run is None or debug_checks_enabled(*tensors):
         _check_mla_decode(*tensors, kv_scale, scale)
-        _VALIDATED.remember(call)
     num_tokens, num_heads, latent = q_latent.shape
     out = q_latent.new_empty(num_tokens, num_heads, latent)
     lse = q_latent.new_empty(num_tokens, num_heads, dtype=torch.float32)
-    def facts() -> dict:
-        return {
-            "device": q_latent.device.type,
-            "dtype": q_latent.dtype,
-            "cache_dtype": kv_cache.dtype,
-            "latent": latent,
-            "rope": q_rope.shape[2],
-            "block_size": kv_cache.shape[1],
-            "num_heads": num_heads,
-            "causal": causal,
-        }
+    options = {"scale": scale, "causal": causal, "kv_scale": kv_scale}
+    if run is None:
+        def facts() -> dict:
+            return {
+                "device": q_latent.device.type,
+                "dtype": q_latent.dtype,
+                "cache_dtype": kv_cache.dtype,
+                "latent": latent,
+                "rope": q_rope.shape[2],
+                "block_size": kv_cache.shape[1],
+                "num_heads": num_heads,
+                "causal": causal,
+            }
 
-    # the validation signature lacks causal
-    backend = lowering.select_by_signature("mla_decode", None if call is None else (call, causal), facts)
-    backend.mla_decode(*tensors, out, lse, scale=scale, causal=causal, kv_scale=kv_scale)
+        run = lowering.plan("mla_decode", call, facts, (*tensors, out, lse), options)
+    run(*tensors, out, lse, options)
     return out, lse
 
 

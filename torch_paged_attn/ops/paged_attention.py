@@ -4,6 +4,7 @@ and the public Python functions."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -13,7 +14,6 @@ from ._checks import (
     CACHE_DTYPES,
     FLOAT_DTYPES,
     Checker,
-    Validated,
     arg_types,
     check_arg_types,
     check_batch,
@@ -86,11 +86,10 @@ def _check_paged_attention(
     return c
 
 
-_VALIDATED = Validated()
-
-
-def _signature(op: str, tensors: tuple, extra: tuple, options: dict) -> tuple | None:
-    """Everything ``_check_paged_attention`` (and the out form's checks of ``extra``) reads."""
+def _signature(op: str, tensors: tuple, extra: tuple, options: dict, lse: bool) -> tuple | None:
+    """Everything ``_check_paged_attention`` (and the out form's checks of ``extra``) reads, and
+    what else a backend plans from (``causal``, whether an LSE is written): the key of the call's
+    plan (``lowering.plan``)."""
     return signature(
         op,
         (*tensors, *extra, options["alibi_slopes"], options["sinks"], options["k_scale"], options["v_scale"]),
@@ -101,6 +100,8 @@ def _signature(op: str, tensors: tuple, extra: tuple, options: dict) -> tuple | 
             options["softcap"],
             options["attention_chunk_size"],
             options["max_query_len"],
+            options["causal"],
+            lse,
         ),
     )
 
@@ -130,27 +131,14 @@ def _options(scale, causal, window_left, window_right, softcap, alibi_slopes, si
     }
 
 
-def _run(
-    query: Tensor,
-    key_cache: Tensor,
-    value_cache: Tensor,
-    block_table: Tensor,
-    seq_lens: Tensor,
-    query_start_loc: Tensor,
-    out: Tensor,
-    lse: Tensor | None,
-    options: dict,
-    call: tuple | None,
-) -> None:
+def _plan(call: tuple | None, args: tuple, options: dict) -> Callable:
+    """The runner of this call (``lowering.plan``), from its signature ``call``."""
+    query, key_cache, value_cache, block_table, _, _, _, lse = args
+
     def facts() -> dict:
         return _facts(query, key_cache, value_cache, block_table, lse, options)
 
-    # the validation signature lacks causal and whether an LSE is written
-    signature = None if call is None else (call, options["causal"], lse is not None)
-    backend = lowering.select_by_signature("paged_attention", signature, facts)
-    backend.paged_attention(
-        query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, lse, **options
-    )
+    return lowering.plan("paged_attention", call, facts, args, options)
 
 
 def _facts(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_table: Tensor, lse: Tensor | None,
@@ -201,15 +189,17 @@ def _paged_attention(
     options = _options(scale, causal, window_left, window_right, softcap, alibi_slopes, sinks, k_scale, v_scale,
                        attention_chunk_size, max_query_len)
     tensors = (query, key_cache, value_cache, block_table, seq_lens, query_start_loc)
-    call = _signature("paged_attention", tensors, (), options)
-    if not _VALIDATED.hit(call, *tensors):
+    call = _signature("paged_attention", tensors, (), options, return_lse)
+    run = lowering.planned(call)
+    if run is None or debug_checks_enabled(*tensors):
         _check_paged_attention("paged_attention", *tensors, options)
-        _VALIDATED.remember(call)
     num_tokens, num_heads, _ = query.shape
     out = query.new_empty(num_tokens, num_heads, value_cache.shape[3])
-    lse_shape = (num_tokens, num_heads) if return_lse else (0,)
-    lse = query.new_empty(lse_shape, dtype=torch.float32)
-    _run(*tensors, out, lse if return_lse else None, options, call)
+    lse = query.new_empty((num_tokens, num_heads) if return_lse else (0,), dtype=torch.float32)
+    written = lse if return_lse else None
+    if run is None:
+        run = _plan(call, (*tensors, out, written), options)
+    run(*tensors, out, written, options)
     return out, lse
 
 
@@ -238,15 +228,17 @@ def _paged_attention_out(
     options = _options(scale, causal, window_left, window_right, softcap, alibi_slopes, sinks, k_scale, v_scale,
                        attention_chunk_size, max_query_len)
     tensors = (query, key_cache, value_cache, block_table, seq_lens, query_start_loc)
-    call = _signature("paged_attention_out", tensors, (out, lse), options)
-    if not _VALIDATED.hit(call, *tensors):
+    call = _signature("paged_attention_out", tensors, (out, lse), options, lse is not None)
+    run = lowering.planned(call)
+    if run is None or debug_checks_enabled(*tensors):
         c = _check_paged_attention("paged_attention_out", *tensors, options)
         num_tokens, num_heads, _ = query.shape
         c.tensor("out", out, shape=(num_tokens, num_heads, value_cache.shape[3]), dtypes=(query.dtype,))
         if lse is not None:
             c.tensor("lse", lse, shape=(num_tokens, num_heads), dtypes=(torch.float32,), last_contiguous=False)
-        _VALIDATED.remember(call)
-    _run(*tensors, out, lse, options, call)
+    if run is None:
+        run = _plan(call, (*tensors, out, lse), options)
+    run(*tensors, out, lse, options)
 
 
 _BATCH_KINDS = (

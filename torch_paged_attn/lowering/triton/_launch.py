@@ -32,11 +32,12 @@ launched (tests and debugging; as slow as ``kernel[grid]``).
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any, Callable
 
 import torch
 from torch.library import wrap_triton
+
+from ..._config import EnvVar
 
 _ENV = "TORCH_PAGED_ATTN_FAST_LAUNCH"
 # Triton versions (major.minor) whose JITFunction.run / CompiledKernel.run protocol this module
@@ -54,6 +55,16 @@ def next_power_of_2(n: int) -> int:
     return 0 if n <= 0 else 1 << (n - 1).bit_length()
 
 
+def contiguous_strides(*shape: int) -> tuple[int, ...]:
+    """Strides of ``torch.empty(shape)`` for sizes >= 1 (torch counts a size of 0 as 1). No
+    comparison of sizes: symbolic sizes while tracing give expressions, never guards."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step = step * size
+    return tuple(reversed(strides))
+
+
 def launch(kernel, grid, like: torch.Tensor):
     """The launcher of ``kernel`` over ``grid`` for a call whose tensors look like ``like``;
     call it with the kernel's arguments by keyword."""
@@ -68,10 +79,12 @@ def launch(kernel, grid, like: torch.Tensor):
     return wrap_triton(kernel)[grid]
 
 
+_MODE = EnvVar(_ENV, lambda mode: "0" if mode in ("", "0") else mode, unset="1")
+
+
 def fast_launch_mode() -> str:
     """``TORCH_PAGED_ATTN_FAST_LAUNCH``, read per launch: ``"1"`` (default), ``"0"`` or ``"check"``."""
-    mode = os.environ.get(_ENV, "1")
-    return "0" if mode in ("", "0") else mode
+    return _MODE.get()
 
 
 class FastLauncher:

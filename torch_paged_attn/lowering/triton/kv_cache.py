@@ -22,6 +22,8 @@ Cache offsets are 64-bit; caches may be any strided view whose last dimension is
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import triton
 import triton.language as tl
@@ -269,37 +271,47 @@ def reshape_and_cache(
     key ``[T, Hkv, D]``, value ``[T, Hkv, Dv]``, caches ``[NB, BS, Hkv, D|Dv]`` (last dim
     contiguous), slot_mapping ``[T' <= T]``; scales float32 ``[]``/``[1]``, read for fp8 caches.
     """
+    args = (key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
+    prepare_reshape_and_cache(*args)(*args, {})
+
+
+def prepare_reshape_and_cache(
+    key: Tensor,
+    value: Tensor,
+    key_cache: Tensor,
+    value_cache: Tensor,
+    slot_mapping: Tensor,
+    k_scale: Tensor | None,
+    v_scale: Tensor | None,
+) -> Callable[..., None]:
+    """The runner of calls shaped like this one (``lowering.plan``): ``run(key, value, key_cache,
+    value_cache, slot_mapping, k_scale, v_scale, options)``; grid and every launch argument but
+    the tensors are decided here."""
     num_tokens = slot_mapping.shape[0]
     num_heads, head_size = key.shape[1], key.shape[2]
     head_size_v = value.shape[2]
     if num_tokens * num_heads == 0:
-        return
+        return _nothing
     num_blocks, block_size = key_cache.shape[0], key_cache.shape[1]
     fp8 = key_cache.dtype in _FP8
     block_r = _rows_per_tile(max(head_size, head_size_v))
     grid = (cdiv(num_tokens * num_heads, block_r),)
-    launch(_cache_write_kernel, grid, key_cache)(
-        a_ptr=key,
-        b_ptr=value,
-        slot_mapping_ptr=slot_mapping,
-        a_cache_ptr=key_cache,
-        b_cache_ptr=value_cache,
-        a_scale_ptr=k_scale if fp8 else None,
-        b_scale_ptr=v_scale if fp8 else None,
+    sk, sv, skc, svc = key.stride(), value.stride(), key_cache.stride(), value_cache.stride()
+    constants = dict(
         num_tokens=num_tokens,
         num_slots=num_blocks * block_size,
         block_size=block_size,
-        stride_a_token=key.stride(0),
-        stride_a_head=key.stride(1),
-        stride_b_token=value.stride(0),
-        stride_b_head=value.stride(1),
+        stride_a_token=sk[0],
+        stride_a_head=sk[1],
+        stride_b_token=sv[0],
+        stride_b_head=sv[1],
         stride_slot=slot_mapping.stride(0),
-        stride_ac_block=key_cache.stride(0),
-        stride_ac_slot=key_cache.stride(1),
-        stride_ac_head=key_cache.stride(2),
-        stride_bc_block=value_cache.stride(0),
-        stride_bc_slot=value_cache.stride(1),
-        stride_bc_head=value_cache.stride(2),
+        stride_ac_block=skc[0],
+        stride_ac_slot=skc[1],
+        stride_ac_head=skc[2],
+        stride_bc_block=svc[0],
+        stride_bc_slot=svc[1],
+        stride_bc_head=svc[2],
         NUM_HEADS=num_heads,
         DA=head_size,
         DB=head_size_v,
@@ -311,6 +323,24 @@ def reshape_and_cache(
         EMULATE=_interpreted(),
         num_warps=_NUM_WARPS,
     )
+
+    def run(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale, options):
+        launch(_cache_write_kernel, grid, key_cache)(
+            a_ptr=key,
+            b_ptr=value,
+            slot_mapping_ptr=slot_mapping,
+            a_cache_ptr=key_cache,
+            b_cache_ptr=value_cache,
+            a_scale_ptr=k_scale if fp8 else None,
+            b_scale_ptr=v_scale if fp8 else None,
+            **constants,
+        )
+
+    return run
+
+
+def _nothing(*args) -> None:
+    return None
 
 
 def concat_and_cache_mla(
@@ -324,21 +354,29 @@ def concat_and_cache_mla(
 
     kv_c ``[T, L]``, k_pe ``[T, R]``, kv_cache ``[NB, BS, L + R]`` (last dim contiguous).
     """
+    args = (kv_c, k_pe, kv_cache, slot_mapping, scale)
+    prepare_concat_and_cache_mla(*args)(*args, {})
+
+
+def prepare_concat_and_cache_mla(
+    kv_c: Tensor,
+    k_pe: Tensor,
+    kv_cache: Tensor,
+    slot_mapping: Tensor,
+    scale: Tensor | None,
+) -> Callable[..., None]:
+    """The runner of calls shaped like this one (``lowering.plan``): ``run(kv_c, k_pe, kv_cache,
+    slot_mapping, scale, options)``."""
     num_tokens = slot_mapping.shape[0]
     latent, rope = kv_c.shape[1], k_pe.shape[1]
     if num_tokens == 0:
-        return
+        return _nothing
     num_blocks, block_size = kv_cache.shape[0], kv_cache.shape[1]
     fp8 = kv_cache.dtype in _FP8
     block_r = _rows_per_tile(max(latent, rope))
     grid = (cdiv(num_tokens, block_r),)
-    launch(_cache_write_kernel, grid, kv_cache)(
-        a_ptr=kv_c,
-        b_ptr=k_pe,
-        slot_mapping_ptr=slot_mapping,
-        a_cache_ptr=kv_cache,
+    constants = dict(
         b_cache_ptr=None,
-        a_scale_ptr=scale if fp8 else None,
         b_scale_ptr=None,
         num_tokens=num_tokens,
         num_slots=num_blocks * block_size,
@@ -365,6 +403,18 @@ def concat_and_cache_mla(
         EMULATE=_interpreted(),
         num_warps=_NUM_WARPS,
     )
+
+    def run(kv_c, k_pe, kv_cache, slot_mapping, scale, options):
+        launch(_cache_write_kernel, grid, kv_cache)(
+            a_ptr=kv_c,
+            b_ptr=k_pe,
+            slot_mapping_ptr=slot_mapping,
+            a_cache_ptr=kv_cache,
+            a_scale_ptr=scale if fp8 else None,
+            **constants,
+        )
+
+    return run
 
 
 # ---------------------------------------------------------------------------------------------
@@ -465,10 +515,24 @@ def gather_cache(
 ) -> None:
     """Rows ``cu_seq_lens[i] .. cu_seq_lens[i+1]`` of ``out`` ``[N, W]``/``[N, H, D]`` get tokens
     ``seq_starts[i] ..`` of sequence i from ``kv_cache`` ``[NB, BS, W]``/``[NB, BS, H, D]``."""
+    args = (kv_cache, block_table, cu_seq_lens, seq_starts, out, scale)
+    prepare_gather_cache(*args)(*args, {})
+
+
+def prepare_gather_cache(
+    kv_cache: Tensor,
+    block_table: Tensor,
+    cu_seq_lens: Tensor,
+    seq_starts: Tensor | None,
+    out: Tensor,
+    scale: Tensor | None,
+) -> Callable[..., None]:
+    """The runner of calls shaped like this one (``lowering.plan``): ``run(kv_cache, block_table,
+    cu_seq_lens, seq_starts, out, scale, options)``."""
     num_seqs, max_blocks = block_table.shape
     num_out_rows = out.shape[0]
     if num_seqs == 0 or num_out_rows == 0:
-        return
+        return _nothing
     num_blocks, block_size = kv_cache.shape[0], kv_cache.shape[1]
     four_d = kv_cache.dim() == 4
     num_heads = kv_cache.shape[2] if four_d else 1
@@ -476,13 +540,7 @@ def gather_cache(
     fp8 = kv_cache.dtype in _FP8
     block_r = _rows_per_tile(head_size)
     grid = (cdiv(num_out_rows * num_heads, block_r),)
-    launch(_gather_cache_kernel, grid, out)(
-        kv_cache_ptr=kv_cache,
-        block_table_ptr=block_table,
-        cu_seq_lens_ptr=cu_seq_lens,
-        seq_starts_ptr=seq_starts,
-        out_ptr=out,
-        scale_ptr=scale if fp8 else None,
+    constants = dict(
         num_out_rows=num_out_rows,
         num_seqs=num_seqs,
         max_blocks=max_blocks,
@@ -506,3 +564,16 @@ def gather_cache(
         EMULATE=_interpreted(),
         num_warps=_NUM_WARPS,
     )
+
+    def run(kv_cache, block_table, cu_seq_lens, seq_starts, out, scale, options):
+        launch(_gather_cache_kernel, grid, out)(
+            kv_cache_ptr=kv_cache,
+            block_table_ptr=block_table,
+            cu_seq_lens_ptr=cu_seq_lens,
+            seq_starts_ptr=seq_starts,
+            out_ptr=out,
+            scale_ptr=scale if fp8 else None,
+            **constants,
+        )
+
+    return run

@@ -22,6 +22,8 @@ Bytes: N reads and 1 write of ``T * H * D`` elements, 2N reads (both passes) + 1
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import triton
 import triton.language as tl
@@ -125,29 +127,38 @@ def merge_attn_states(
 ) -> None:
     """Merge two partial attention results ``[T, H, D]`` with LSEs ``[T, H]`` into ``out`` (and
     ``lse`` when given). An LSE of -inf or +inf marks an empty part, whose output is not read."""
+    args = (prefix_out, prefix_lse, suffix_out, suffix_lse, out, lse)
+    prepare_merge_attn_states(*args)(*args, {})
+
+
+def prepare_merge_attn_states(
+    prefix_out: Tensor,
+    prefix_lse: Tensor,
+    suffix_out: Tensor,
+    suffix_lse: Tensor,
+    out: Tensor,
+    lse: Tensor | None,
+) -> Callable[..., None]:
+    """The runner of calls shaped like this one (``lowering.plan``): ``run(prefix_out, prefix_lse,
+    suffix_out, suffix_lse, out, lse, options)``."""
     num_tokens, num_heads, head_size = prefix_out.shape
     num_rows = num_tokens * num_heads
     if num_rows == 0:
-        return
+        return _nothing
     block_d, block_r, grid = _tiles(head_size, num_rows)
-    launch(_merge_attn_states_kernel, grid, out)(
-        prefix_out_ptr=prefix_out,
-        prefix_lse_ptr=prefix_lse,
-        suffix_out_ptr=suffix_out,
-        suffix_lse_ptr=suffix_lse,
-        out_ptr=out,
-        lse_ptr=lse,
+    spo, spl, sso, ssl, so = prefix_out.stride(), prefix_lse.stride(), suffix_out.stride(), suffix_lse.stride(), out.stride()
+    constants = dict(
         num_rows=num_rows,
-        stride_po_token=prefix_out.stride(0),
-        stride_po_head=prefix_out.stride(1),
-        stride_pl_token=prefix_lse.stride(0),
-        stride_pl_head=prefix_lse.stride(1),
-        stride_so_token=suffix_out.stride(0),
-        stride_so_head=suffix_out.stride(1),
-        stride_sl_token=suffix_lse.stride(0),
-        stride_sl_head=suffix_lse.stride(1),
-        stride_out_token=out.stride(0),
-        stride_out_head=out.stride(1),
+        stride_po_token=spo[0],
+        stride_po_head=spo[1],
+        stride_pl_token=spl[0],
+        stride_pl_head=spl[1],
+        stride_so_token=sso[0],
+        stride_so_head=sso[1],
+        stride_sl_token=ssl[0],
+        stride_sl_head=ssl[1],
+        stride_out_token=so[0],
+        stride_out_head=so[1],
         stride_lse_token=lse.stride(0) if lse is not None else 0,
         stride_lse_head=lse.stride(1) if lse is not None else 0,
         NUM_HEADS=num_heads,
@@ -157,6 +168,23 @@ def merge_attn_states(
         HAS_LSE=lse is not None,
         num_warps=_NUM_WARPS,
     )
+
+    def run(prefix_out, prefix_lse, suffix_out, suffix_lse, out, lse, options):
+        launch(_merge_attn_states_kernel, grid, out)(
+            prefix_out_ptr=prefix_out,
+            prefix_lse_ptr=prefix_lse,
+            suffix_out_ptr=suffix_out,
+            suffix_lse_ptr=suffix_lse,
+            out_ptr=out,
+            lse_ptr=lse,
+            **constants,
+        )
+
+    return run
+
+
+def _nothing(*args) -> None:
+    return None
 
 
 @triton.jit
@@ -230,27 +258,31 @@ def _merge_attn_states_n_kernel(
 def merge_attn_states_n(outs: Tensor, lses: Tensor, out: Tensor, lse: Tensor | None) -> None:
     """Merge N partial attention results ``outs [N, T, H, D]`` with LSEs ``lses [N, T, H]`` into
     ``out [T, H, D]`` (and ``lse [T, H]`` when given). An LSE of -inf or +inf marks an empty part."""
+    args = (outs, lses, out, lse)
+    prepare_merge_attn_states_n(*args)(*args, {})
+
+
+def prepare_merge_attn_states_n(outs: Tensor, lses: Tensor, out: Tensor, lse: Tensor | None) -> Callable[..., None]:
+    """The runner of calls shaped like this one (``lowering.plan``): ``run(outs, lses, out, lse,
+    options)``."""
     num_parts, num_tokens, num_heads, head_size = outs.shape
     num_rows = num_tokens * num_heads
     if num_rows == 0:
-        return
+        return _nothing
     # the 2-way merge's tiles: N parts stream through one accumulator tile per program
     block_d, block_r, grid = _tiles(head_size, num_rows)
-    launch(_merge_attn_states_n_kernel, grid, out)(
-        outs_ptr=outs,
-        lses_ptr=lses,
-        out_ptr=out,
-        lse_ptr=lse,
+    sos, sls, so = outs.stride(), lses.stride(), out.stride()
+    constants = dict(
         num_parts=num_parts,
         num_rows=num_rows,
-        stride_os_part=outs.stride(0),
-        stride_os_token=outs.stride(1),
-        stride_os_head=outs.stride(2),
-        stride_ls_part=lses.stride(0),
-        stride_ls_token=lses.stride(1),
-        stride_ls_head=lses.stride(2),
-        stride_out_token=out.stride(0),
-        stride_out_head=out.stride(1),
+        stride_os_part=sos[0],
+        stride_os_token=sos[1],
+        stride_os_head=sos[2],
+        stride_ls_part=sls[0],
+        stride_ls_token=sls[1],
+        stride_ls_head=sls[2],
+        stride_out_token=so[0],
+        stride_out_head=so[1],
         stride_lse_token=lse.stride(0) if lse is not None else 0,
         stride_lse_head=lse.stride(1) if lse is not None else 0,
         NUM_HEADS=num_heads,
@@ -260,3 +292,8 @@ def merge_attn_states_n(outs: Tensor, lses: Tensor, out: Tensor, lse: Tensor | N
         HAS_LSE=lse is not None,
         num_warps=_NUM_WARPS,
     )
+
+    def run(outs, lses, out, lse, options):
+        launch(_merge_attn_states_n_kernel, grid, out)(outs_ptr=outs, lses_ptr=lses, out_ptr=out, lse_ptr=lse, **constants)
+
+    return run

@@ -22,13 +22,15 @@ Bytes moved: ``sum_b seq_len_b * G * (L + R) * cache_bytes`` (G head groups) + `
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
 from ... import _config
-from ._launch import cdiv, launch, next_power_of_2
+from ._launch import cdiv, contiguous_strides, launch, next_power_of_2
 from ._softmax import LOG2E, merge_partial, merged_to_output, softmax_step, state_to_partial
 from .paged_attention import (
     _INVARIANT_SPLIT_TOKENS,
@@ -292,12 +294,26 @@ def mla_decode(
     q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor,
     block_table: Tensor, seq_lens: Tensor, query_start_loc: Tensor,
     out: Tensor, lse: Tensor | None,
+    **options,
+) -> None:
+    """MLA decode into ``out`` [T, H, L] and ``lse`` [T, H] (natural log, or None); semantics of
+    ``lowering.reference.mla_decode``. Inputs were validated by the op. Options as
+    ``prepare_mla_decode``."""
+    args = (q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse)
+    prepare_mla_decode(*args, **options)(*args, options)
+
+
+def prepare_mla_decode(
+    q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor,
+    block_table: Tensor, seq_lens: Tensor, query_start_loc: Tensor,
+    out: Tensor, lse: Tensor | None,
     *,
     scale: float, causal: bool, kv_scale: Tensor | None,
     max_query_len: int = -1, split_tokens: int | None = None,
-) -> None:
-    """MLA decode into ``out`` [T, H, L] and ``lse`` [T, H] (natural log, or None); semantics of
-    ``lowering.reference.mla_decode``. Inputs were validated by the op.
+) -> Callable[..., None]:
+    """The runner of calls shaped like this one (``lowering.plan``): ``run(q_latent, q_rope,
+    kv_cache, block_table, seq_lens, query_start_loc, out, lse, options)``, reading the tensor
+    ``options["kv_scale"]``; everything else is decided here, from shapes only.
 
     ``max_query_len`` (a hint; -1: unknown) sizes the query block: 1 for plain decode, 2-4 for
     speculative tokens. ``split_tokens`` (tests, tuning) forces split-KV at multiples of that many
@@ -308,7 +324,7 @@ def mla_decode(
     num_blocks, block_size, _ = kv_cache.shape
     num_seqs, max_blocks = block_table.shape
     if num_tokens == 0 or num_heads == 0:
-        return
+        return _nothing
     num_head_groups = cdiv(num_heads, _MAX_HEADS_PER_PROGRAM)
     heads = cdiv(num_heads, num_head_groups)
     invariant = _config.is_batch_invariant()
@@ -333,25 +349,17 @@ def mla_decode(
         q_latent.device, busy_q_blocks * num_head_groups, programs_per_sm,
         max_blocks * block_size, tile_n, num_tokens * num_heads * (latent + 1) * 4, split_tokens,
     )
-    if write_partial:
-        f32 = dict(dtype=torch.float32, device=q_latent.device)
-        part_out = torch.empty((num_tokens, num_splits, num_heads, latent), **f32)
-        part_lse = torch.empty((num_tokens, num_splits, num_heads), **f32)
-    else:  # never dereferenced: WRITE_PARTIAL is off
-        part_out, part_lse = out, out
-    lse_t = lse if lse is not None else out
+    device, has_lse = q_latent.device, lse is not None
+    part_out_shape = (num_tokens, num_splits, num_heads, latent)
+    part_lse_shape = (num_tokens, num_splits, num_heads)
     lse_strides = lse.stride() if lse is not None else (0, 0)
-    # each tensor's strides fetched once (a stride(i) call costs ~1 us of host time, 2-core CI)
     sql, sqr, skv, sbt, so = q_latent.stride(), q_rope.stride(), kv_cache.stride(), block_table.stride(), out.stride()
     ssl, sqsl = seq_lens.stride(0), query_start_loc.stride(0)
-    po_strides = part_out.stride()[:3] if write_partial else (0, 0, 0)
-    pl_strides = part_lse.stride()[:2] if write_partial else (0, 0)
+    po_strides = contiguous_strides(*part_out_shape)[:3] if write_partial else (0, 0, 0)
+    pl_strides = contiguous_strides(*part_lse_shape)[:2] if write_partial else (0, 0)
     grid = (num_q_blocks, num_head_groups, num_splits if write_partial else 1)
-    launch(_mla_kernel, grid, q_latent)(
-        q_latent_ptr=q_latent, q_rope_ptr=q_rope, kv_cache_ptr=kv_cache,
-        block_table_ptr=block_table, seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc,
-        out_ptr=out, lse_ptr=lse_t, kv_scale_ptr=kv_scale if is_fp8 else q_latent,
-        part_out_ptr=part_out, part_lse_ptr=part_lse,
+    # every launch argument but the tensors, decided once for all calls of this signature
+    mla_args = dict(
         scale=float(scale),
         split_tokens=split_tokens, num_splits=num_splits, num_tokens=num_tokens, num_seqs=num_seqs,
         num_blocks=num_blocks, max_blocks=max_blocks,
@@ -373,14 +381,10 @@ def mla_decode(
         MERGE_GROUP=1 if split_tokens == _NO_SPLIT else _MERGE_GROUP,
         num_warps=num_warps, num_stages=num_stages,
     )
-    if not write_partial:
-        return
     l_pad = _pad(latent)
     block_h = max(1, min(next_power_of_2(num_heads), 512 // l_pad))  # 4 x [block_h, L] in flight
-    launch(_combine_kernel, (num_tokens, cdiv(num_heads, block_h)), q_latent)(
-        part_out_ptr=part_out, part_lse_ptr=part_lse, seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc,
-        sinks_ptr=q_latent, v_scale_ptr=kv_scale if is_fp8 else q_latent,
-        out_ptr=out, lse_ptr=lse_t,
+    combine_grid = (num_tokens, cdiv(num_heads, block_h))
+    combine_args = dict(
         split_tokens=split_tokens, long_split_tokens=split_tokens, long_from=_NO_SPLIT,
         num_splits=num_splits, num_tokens=num_tokens, num_seqs=num_seqs,
         num_heads=num_heads,
@@ -393,3 +397,32 @@ def mla_decode(
         HAS_SINKS=False, IS_FP8=is_fp8, HAS_LSE=lse is not None, MERGE_GROUP=_MERGE_GROUP,
         num_warps=4,
     )
+
+    def run(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, options):
+        if write_partial:
+            part_out = torch.empty(part_out_shape, dtype=torch.float32, device=device)
+            part_lse = torch.empty(part_lse_shape, dtype=torch.float32, device=device)
+        else:  # never dereferenced: WRITE_PARTIAL is off
+            part_out = part_lse = out
+        lse_t = lse if has_lse else out
+        kv_scale = options["kv_scale"] if is_fp8 else q_latent
+        launch(_mla_kernel, grid, q_latent)(
+            q_latent_ptr=q_latent, q_rope_ptr=q_rope, kv_cache_ptr=kv_cache,
+            block_table_ptr=block_table, seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc,
+            out_ptr=out, lse_ptr=lse_t, kv_scale_ptr=kv_scale, part_out_ptr=part_out, part_lse_ptr=part_lse,
+            **mla_args,
+        )
+        if not write_partial:
+            return
+        launch(_combine_kernel, combine_grid, q_latent)(
+            part_out_ptr=part_out, part_lse_ptr=part_lse, seq_lens_ptr=seq_lens,
+            query_start_loc_ptr=query_start_loc, sinks_ptr=q_latent, v_scale_ptr=kv_scale,
+            out_ptr=out, lse_ptr=lse_t,
+            **combine_args,
+        )
+
+    return run
+
+
+def _nothing(*args) -> None:
+    return None

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 
 import torch
 import triton
@@ -31,7 +32,7 @@ import triton.language as tl
 from torch import Tensor
 
 from ... import _config
-from ._launch import cdiv, launch, next_power_of_2
+from ._launch import cdiv, contiguous_strides, launch, next_power_of_2
 from ._softmax import LOG2E, merge_partial, merged_to_output, softmax_step, state_to_partial
 
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -557,13 +558,30 @@ def paged_attention(
     query: Tensor, key_cache: Tensor, value_cache: Tensor,
     block_table: Tensor, seq_lens: Tensor, query_start_loc: Tensor,
     out: Tensor, lse: Tensor | None,
+    **options,
+) -> None:
+    """Paged attention into ``out`` [T, Hq, Dv] and ``lse`` [T, Hq] (natural log, or None);
+    semantics of ``lowering.reference.attention``. Inputs were validated by the op. Options as
+    ``prepare_paged_attention``."""
+    args = (query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, lse)
+    prepare_paged_attention(*args, **options)(*args, options)
+
+
+def prepare_paged_attention(
+    query: Tensor, key_cache: Tensor, value_cache: Tensor,
+    block_table: Tensor, seq_lens: Tensor, query_start_loc: Tensor,
+    out: Tensor, lse: Tensor | None,
     *,
     scale: float, causal: bool, window_left: int, window_right: int, softcap: float,
     alibi_slopes: Tensor | None, sinks: Tensor | None, k_scale: Tensor | None, v_scale: Tensor | None,
     attention_chunk_size: int, max_query_len: int = -1, split_tokens: int | None = None,
-) -> None:
-    """Paged attention into ``out`` [T, Hq, Dv] and ``lse`` [T, Hq] (natural log, or None);
-    semantics of ``lowering.reference.attention``. Inputs were validated by the op.
+) -> Callable[..., None]:
+    """The runner of calls shaped like this one (``lowering.plan``): ``run(query, key_cache,
+    value_cache, block_table, seq_lens, query_start_loc, out, lse, options)`` with the tensors of
+    a call of the same shapes, strides, dtypes, devices and option values, and its options dict
+    (whose tensors, ``alibi_slopes``, ``sinks``, ``k_scale``, ``v_scale``, it reads). The tile
+    configuration, split plan, grids and every launch argument but the tensors are decided here,
+    from shapes only.
 
     ``split_tokens`` (tests, tuning) forces split-KV at multiples of that many key positions
     (rounded up to the tile), as batch-invariant mode does with its fixed size.
@@ -573,7 +591,7 @@ def paged_attention(
     head_size_v = value_cache.shape[3]
     num_seqs, max_blocks = block_table.shape
     if num_tokens == 0 or num_heads == 0:
-        return
+        return _nothing
     group = num_heads // num_kv_heads
     num_head_groups = cdiv(group, _MAX_HEADS_PER_PROGRAM)
     heads = cdiv(group, num_head_groups)
@@ -602,29 +620,19 @@ def paged_attention(
         num_splits = cdiv(capacity, long_split_tokens)
         write_partial = num_splits * partial_bytes <= _WORKSPACE_BYTES
     is_fp8 = key_cache.dtype in _FP8
-    if write_partial:
-        f32 = dict(dtype=torch.float32, device=query.device)
-        part_out = torch.empty((num_tokens, num_splits, num_heads, head_size_v), **f32)
-        part_lse = torch.empty((num_tokens, num_splits, num_heads), **f32)
-    else:  # never dereferenced: WRITE_PARTIAL is off
-        part_out, part_lse = out, out
+    has_lse = lse is not None
+    device = query.device
+    part_out_shape = (num_tokens, num_splits, num_heads, head_size_v)
+    part_lse_shape = (num_tokens, num_splits, num_heads)
     unbounded = 1 << 29  # a window side of -1 reaches every position below 2^28
-    lse_t = lse if lse is not None else out
-    lse_strides = lse.stride() if lse is not None else (0, 0)
-    # each tensor's strides fetched once (a stride(i) call costs ~1 us of host time, 2-core CI)
+    lse_strides = lse.stride() if has_lse else (0, 0)
     sq, skc, svc, sbt, so = query.stride(), key_cache.stride(), value_cache.stride(), block_table.stride(), out.stride()
     ssl, sqsl = seq_lens.stride(0), query_start_loc.stride(0)
     grid = (num_q_blocks, num_kv_heads * num_head_groups, num_splits if write_partial else 1)
-    po_strides = part_out.stride()[:3] if write_partial else (0, 0, 0)
-    pl_strides = part_lse.stride()[:2] if write_partial else (0, 0)
-    launch(_attention_kernel, grid, query)(
-        query_ptr=query, key_cache_ptr=key_cache, value_cache_ptr=value_cache,
-        block_table_ptr=block_table, seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc,
-        out_ptr=out, lse_ptr=lse_t,
-        alibi_slopes_ptr=alibi_slopes if alibi_slopes is not None else query,
-        sinks_ptr=sinks if sinks is not None else query,
-        k_scale_ptr=k_scale if is_fp8 else query, v_scale_ptr=v_scale if is_fp8 else query,
-        part_out_ptr=part_out, part_lse_ptr=part_lse,
+    po_strides = contiguous_strides(*part_out_shape)[:3] if write_partial else (0, 0, 0)
+    pl_strides = contiguous_strides(*part_lse_shape)[:2] if write_partial else (0, 0)
+    # every launch argument but the tensors, decided once for all calls of this signature
+    attention_args = dict(
         scale=float(scale), softcap=float(softcap),
         window_left=window_left if window_left >= 0 else unbounded,
         window_right=window_right if window_right >= 0 else unbounded,
@@ -646,19 +654,15 @@ def paged_attention(
         BLOCK_SIZE=block_size, BLOCK_M=block_m, BLOCK_Q=block_q, TILE_N=tile_n,
         CAUSAL=bool(causal), USE_WINDOW=window_left >= 0 or window_right >= 0, USE_CHUNK=attention_chunk_size > 0,
         USE_SOFTCAP=softcap > 0, USE_ALIBI=alibi_slopes is not None, HAS_SINKS=sinks is not None,
-        IS_FP8=is_fp8, HAS_LSE=lse is not None, WRITE_PARTIAL=write_partial,
+        IS_FP8=is_fp8, HAS_LSE=has_lse, WRITE_PARTIAL=write_partial,
         DOT_PRECISION="ieee" if query.dtype == torch.float32 else "tf32",
         DOT_UPCAST=query.dtype == torch.bfloat16 and _interpreted(),
         MERGE_GROUP=1 if split_tokens == _NO_SPLIT else _MERGE_GROUP,
         num_warps=num_warps, num_stages=num_stages,
     )
-    if not write_partial:
-        return
     block_h = max(1, min(next_power_of_2(num_heads), 512 // dv_pad))  # 4 x [block_h, Dv] in flight
-    launch(_combine_kernel, (num_tokens, cdiv(num_heads, block_h)), query)(
-        part_out_ptr=part_out, part_lse_ptr=part_lse, seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc,
-        sinks_ptr=sinks if sinks is not None else query, v_scale_ptr=v_scale if is_fp8 else query,
-        out_ptr=out, lse_ptr=lse_t,
+    combine_grid = (num_tokens, cdiv(num_heads, block_h))
+    combine_args = dict(
         split_tokens=split_tokens, long_split_tokens=long_split_tokens, long_from=long_from,
         num_splits=num_splits, num_tokens=num_tokens, num_seqs=num_seqs,
         num_heads=num_heads,
@@ -668,6 +672,40 @@ def paged_attention(
         stride_o_tok=so[0], stride_o_head=so[1],
         stride_lse_tok=lse_strides[0], stride_lse_head=lse_strides[1],
         HEAD_SIZE_V=head_size_v, DV_PAD=dv_pad, BLOCK_H=block_h,
-        HAS_SINKS=sinks is not None, IS_FP8=is_fp8, HAS_LSE=lse is not None, MERGE_GROUP=_MERGE_GROUP,
+        HAS_SINKS=sinks is not None, IS_FP8=is_fp8, HAS_LSE=has_lse, MERGE_GROUP=_MERGE_GROUP,
         num_warps=4,
     )
+
+    def run(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, lse, options):
+        if write_partial:
+            part_out = torch.empty(part_out_shape, dtype=torch.float32, device=device)
+            part_lse = torch.empty(part_lse_shape, dtype=torch.float32, device=device)
+        else:  # never dereferenced: WRITE_PARTIAL is off
+            part_out = part_lse = out
+        lse_t = lse if has_lse else out
+        sinks = options["sinks"]
+        sinks = sinks if sinks is not None else query
+        alibi_slopes = options["alibi_slopes"]
+        v_scale = options["v_scale"] if is_fp8 else query
+        launch(_attention_kernel, grid, query)(
+            query_ptr=query, key_cache_ptr=key_cache, value_cache_ptr=value_cache,
+            block_table_ptr=block_table, seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc,
+            out_ptr=out, lse_ptr=lse_t,
+            alibi_slopes_ptr=alibi_slopes if alibi_slopes is not None else query, sinks_ptr=sinks,
+            k_scale_ptr=options["k_scale"] if is_fp8 else query, v_scale_ptr=v_scale,
+            part_out_ptr=part_out, part_lse_ptr=part_lse,
+            **attention_args,
+        )
+        if not write_partial:
+            return
+        launch(_combine_kernel, combine_grid, query)(
+            part_out_ptr=part_out, part_lse_ptr=part_lse, seq_lens_ptr=seq_lens,
+            query_start_loc_ptr=query_start_loc, sinks_ptr=sinks, v_scale_ptr=v_scale, out_ptr=out, lse_ptr=lse_t,
+            **combine_args,
+        )
+
+    return run
+
+
+def _nothing(*args) -> None:
+    return None
