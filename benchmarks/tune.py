@@ -32,6 +32,7 @@ import mla_decode as mla_bench  # noqa: E402
 import paged_attention as attn_bench  # noqa: E402
 
 import torch_paged_attn as tpa  # noqa: E402
+from torch_paged_attn import lowering  # noqa: E402
 from torch_paged_attn.lowering.triton import mla as mla_kernel  # noqa: E402
 from torch_paged_attn.lowering.triton import paged_attention as attn_kernel  # noqa: E402
 
@@ -80,7 +81,19 @@ SWEEPS = {
 
 @contextlib.contextmanager
 def _candidate(sweep: Sweep, value) -> Iterator[None]:
-    """The sweep's table entry (or the invariant split size) set to ``value`` inside the block."""
+    """The sweep's table entry (or the invariant split size) set to ``value`` inside the block,
+    with the ops' remembered plans dropped on entry and exit (a plan keeps the tiles it was made
+    with: ``lowering.plan``)."""
+    lowering._CHOICES.clear()
+    try:
+        with _set(sweep, value):
+            yield
+    finally:
+        lowering._CHOICES.clear()
+
+
+@contextlib.contextmanager
+def _set(sweep: Sweep, value) -> Iterator[None]:
     if sweep.table is None:
         old = attn_kernel._INVARIANT_SPLIT_TOKENS
         attn_kernel._INVARIANT_SPLIT_TOKENS = value

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from torch_paged_attn import lowering
+
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 # One shape of each kind and code path: decode (GQA, every contender), fp8 cache (contenders that
 # decline it), chunked prefill (causal offset, flops), cache update, merge.
@@ -182,14 +184,24 @@ def test_mla_decode_cpu(tmp_path):
             assert r["status"] == "ok" and r["extra"]["max_err"] < 0.05 and r["tflops"] > 0, r
 
 
-def test_tune_cpu(tmp_path):
-    """Each candidate of a sweep is timed with its table entry in place, and the table is restored."""
+def test_tune_cpu(tmp_path, monkeypatch):
+    """Each candidate of a sweep is timed with its table entry in place and no plan remembered from
+    an earlier candidate, and the table is restored."""
     tune = _load("tune")
     before = dict(tune.mla_kernel._CONFIGS), tune.attn_kernel._INVARIANT_SPLIT_TOKENS
+    bench, plans_at_start = tune.H.bench, []
+
+    def counting_bench(fns, *args, **kwargs):
+        plans_at_start.append(len(lowering._CHOICES))
+        return bench(fns, *args, **kwargs)
+
+    monkeypatch.setattr(tune.H, "bench", counting_bench)
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
         assert tune.main(["--device", "cpu", "--tiny", "--sweeps", "mla_h16,invariant_B8", "--out", str(tmp_path)]) == 0
     assert (dict(tune.mla_kernel._CONFIGS), tune.attn_kernel._INVARIANT_SPLIT_TOKENS) == before
+    n = len(tune.SWEEPS["mla_h16"].candidates) + len(tune.SWEEPS["invariant_B8"].candidates)
+    assert len(plans_at_start) >= n and set(plans_at_start[-n:]) == {0}  # (the copy measurement first)
     doc = json.loads(next(tmp_path.glob("tune-*.json")).read_text())
     labels = [r["provider"] for r in doc["rows"]]
     want = [f"mla_h16 {c}" for c in tune.SWEEPS["mla_h16"].candidates]
