@@ -62,7 +62,13 @@ _QUERY_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 #   one program per SM cannot keep enough loads in flight).
 # BLOCK_M 64 (H128, B64 x 4096): (64, 8, 2, 1) 20.7, (32, 8, 3, 1) 17.3, (64, 8, 1, 1) 16.0,
 #   (32, 8, 2, 1) 15.0, (32, 8, 2, 2) 14.5, (16, 8, 3, 1) 11.2, (32, 4, 2, 1) 7.5.
-# BLOCK_M 32 (H32, or H16 with 2 speculative tokens): not swept; between the two.
+# BLOCK_M 32 (H32, or H16 with 2 speculative tokens), MTP B64 x 4096 H16, H100 (copy 2959-2974
+#   GB/s, 2026-11-23): (32, 4, 3, 2) 69.7 / 68.0, (16, 4, 4, 2) 63.7, (32, 4, 2, 2) 63.0 / 62.0,
+#   (64, 4, 2, 2) 61.5, (64, 8, 2, 1) 59.2, (32, 4, 3, 3) 56.9, (32, 4, 4, 2) 50.2, (32, 8, 2, 1)
+#   38.8 / 38.4 (the earlier entry). Not profiled yet: the gap to the H16 tile's 86.7 % (H200) is
+#   unexplained; the two [32, 256] float32 accumulators alone take 128 registers a thread at 4 warps.
+# BLOCK_M 16 on B32 x 8192 H16, same H100 run: (64, 4, 2, 2) 84.8, (32, 4, 3, 2) 84.3, (64, 4, 2,
+#   4) 77.2; more splits (4-8 programs per SM) only add partial-state traffic.
 _CONFIGS = {
     16: (64, 4, 2, 2),
     32: (32, 4, 3, 2),
