@@ -1,31 +1,76 @@
 #!/usr/bin/env bash
-# The GPU check in one command: the whole test suite on the GPU (fuzz included), a memcheck of
-# the planted-bad-table tests, then the benchmarks (paged attention, eager overhead, MLA decode, the
-# example model's decode step) and the plot.
-# Logs and JSON go to $1 (default benchmarks/results). FlashAttention-4 rows appear when
-# flash_attn.cute is importable (see the README's benchmark section for how to carry it).
-#   bash benchmarks/run_all.sh [OUT_DIR] [pytest args...]
+# The GPU check: the whole test suite on the GPU (fuzz included), a memcheck of the planted-bad-
+# table tests, then the benchmarks (paged attention, eager overhead, MLA decode, the example
+# model's decode step) and the plot. Logs and JSON go to OUT_DIR (default benchmarks/results).
+# FlashAttention-4 rows appear when flash_attn.cute is importable (see the README's benchmark
+# section for how to carry it).
+#
+#   bash benchmarks/run_all.sh [OUT_DIR] [PART ...]
+#
+# Without PART every part runs, in this order. Each part fits in one 10-minute call on one H100 or
+# H200 (2026-11 timings in brackets), for machines lent that long a call:
+#   tests-a      every test file but the four below, fuzz excluded          [~6 min]
+#   tests-b      paged attention grid, validation, transformers, FlashAttention backend [~8 min]
+#   fuzz-a fuzz-b fuzz-c   fuzz families 0-12, 13-25, 26-39 (2,000 configurations in all) [~8 min each]
+#   memcheck     compute-sanitizer over the planted-bad-table tests         [~3 min]
+#   attention    benchmarks/paged_attention.py, then the plot               [~5 min]
+#   other        overhead.py, mla_decode.py, decode_step.py --layers 2 16 --batch 1 8 [~8 min]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-benchmarks/results}"; shift || true
+parts=("$@")
+[ ${#parts[@]} -eq 0 ] && parts=(tests-a tests-b fuzz-a fuzz-b fuzz-c memcheck attention other)
 mkdir -p "$out"
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())" | tee "$out/env.txt"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv >> "$out/env.txt" 2>&1
 
-echo "== pytest (GPU) =="
-python3 -m pytest tests -q -ra -p no:cacheprovider --durations=20 "$@" 2>&1 | tee "$out/pytest-gpu.log" | tail -40
+SEPARATE=(tests/test_triton_paged_attention.py tests/test_validation.py tests/test_transformers.py tests/test_flash_backend.py)
+ATTENTION_FUZZ=tests/test_triton_paged_attention.py::test_attention_fuzz_cuda
 
-echo "== compute-sanitizer memcheck: planted bad block tables and slots =="
-compute-sanitizer --tool memcheck --error-exitcode 7 python3 -m pytest -q -p no:cacheprovider \
-  tests/test_triton_paged_attention.py tests/test_triton_kv_cache.py tests/test_triton_mla.py -k "bad or garbage or out_of_range" \
-  > "$out/memcheck.log" 2>&1
-echo "memcheck exit code: $? (0 = no errors)" | tee -a "$out/memcheck.log"
-tail -5 "$out/memcheck.log"
+pytest_log() {  # pytest_log NAME ARGS...: the run's log under $out, its last lines on stdout
+    local name=$1; shift
+    echo "== pytest $name =="
+    python3 -m pytest -q -ra -p no:cacheprovider --durations=10 "$@" > "$out/pytest-$name.log" 2>&1
+    echo "pytest $name exit code: $?"
+    tail -5 "$out/pytest-$name.log"
+}
 
-echo "== benchmarks =="
-python3 benchmarks/paged_attention.py --out "$out" 2>"$out/bench-progress.log" | tee "$out/bench.txt"
-python3 benchmarks/overhead.py --out "$out" 2>&1 | tee "$out/overhead.txt"
-python3 benchmarks/mla_decode.py --out "$out" 2>"$out/mla-progress.log" | tee "$out/mla_decode.txt"
-python3 benchmarks/decode_step.py --out "$out" 2>"$out/decode-step-progress.log" | tee "$out/decode_step.txt"
-python3 benchmarks/plot.py "$(ls -t "$out"/paged_attention-*.json | head -1)" -o "$out/paged_attention.png" 2>&1 | tail -2
+fuzz() {  # fuzz NAME FIRST LAST: the attention fuzz families FIRST..LAST
+    local ids=()
+    for f in $(seq "$2" "$3"); do ids+=("$ATTENTION_FUZZ[$f]"); done
+    pytest_log "$1" "${ids[@]}"
+}
+
+for part in "${parts[@]}"; do
+    case "$part" in
+    tests-a)
+        others=()
+        for f in tests/test_*.py; do
+            [[ " ${SEPARATE[*]} " == *" $f "* ]] || others+=("$f")
+        done
+        pytest_log tests-a -m "not fuzz" "${others[@]}" ;;
+    tests-b) pytest_log tests-b -m "not fuzz" "${SEPARATE[@]}" ;;
+    fuzz-a) fuzz fuzz-a 0 12 ;;
+    fuzz-b) fuzz fuzz-b 13 25 ;;
+    fuzz-c) fuzz fuzz-c 26 39 ;;
+    memcheck)
+        echo "== compute-sanitizer memcheck: planted bad block tables and slots =="
+        compute-sanitizer --tool memcheck --error-exitcode 7 python3 -m pytest -q -p no:cacheprovider \
+          tests/test_triton_paged_attention.py tests/test_triton_kv_cache.py tests/test_triton_mla.py \
+          -k "bad or garbage or out_of_range" > "$out/memcheck.log" 2>&1
+        echo "memcheck exit code: $? (0 = no errors)" | tee -a "$out/memcheck.log"
+        tail -5 "$out/memcheck.log" ;;
+    attention)
+        echo "== benchmarks/paged_attention.py =="
+        python3 benchmarks/paged_attention.py --out "$out" 2>"$out/bench-progress.log" | tee "$out/bench.txt"
+        python3 benchmarks/plot.py "$(ls -t "$out"/paged_attention-*.json | head -1)" -o "$out/paged_attention.png" 2>&1 | tail -2 ;;
+    other)
+        echo "== benchmarks: overhead, MLA decode, decode step =="
+        python3 benchmarks/overhead.py --out "$out" 2>&1 | tee "$out/overhead.txt"
+        python3 benchmarks/mla_decode.py --out "$out" 2>"$out/mla-progress.log" | tee "$out/mla_decode.txt"
+        python3 benchmarks/decode_step.py --layers 2 16 --batch 1 8 --out "$out" 2>"$out/decode-step-progress.log" \
+          | tee "$out/decode_step.txt" ;;
+    *) echo "unknown part $part (tests-a tests-b fuzz-a fuzz-b fuzz-c memcheck attention other)"; exit 2 ;;
+    esac
+done
