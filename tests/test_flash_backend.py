@@ -15,7 +15,6 @@ torch.compile(fullgraph=True) with one paged_attn node.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import sys
 import types

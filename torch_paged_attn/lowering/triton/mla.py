@@ -30,13 +30,14 @@ import triton.language as tl
 from torch import Tensor
 
 from ... import _config
-from ._launch import cdiv, contiguous_strides, launch, next_power_of_2
+from ._launch import cdiv, launch, next_power_of_2
 from ._softmax import LOG2E, merge_partial, merged_to_output, softmax_step, state_to_partial
 from .paged_attention import (
     _INVARIANT_SPLIT_TOKENS,
     _MERGE_GROUP,
     _NO_LIMIT,
     _NO_SPLIT,
+    _Workspace,
     _abs_max,
     _busy_q_blocks,
     _combine_kernel,
@@ -356,13 +357,11 @@ def prepare_mla_decode(
         max_blocks * block_size, tile_n, num_tokens * num_heads * (latent + 1) * 4, split_tokens,
     )
     device, has_lse = q_latent.device, lse is not None
-    part_out_shape = (num_tokens, num_splits, num_heads, latent)
-    part_lse_shape = (num_tokens, num_splits, num_heads)
+    workspace = _Workspace(write_partial, num_tokens, num_splits, num_heads, latent, device)
     lse_strides = lse.stride() if lse is not None else (0, 0)
     sql, sqr, skv, sbt, so = q_latent.stride(), q_rope.stride(), kv_cache.stride(), block_table.stride(), out.stride()
     ssl, sqsl = seq_lens.stride(0), query_start_loc.stride(0)
-    po_strides = contiguous_strides(*part_out_shape)[:3] if write_partial else (0, 0, 0)
-    pl_strides = contiguous_strides(*part_lse_shape)[:2] if write_partial else (0, 0)
+    po_strides, pl_strides = workspace.po_strides, workspace.pl_strides
     grid = (num_q_blocks, num_head_groups, num_splits if write_partial else 1)
     # every launch argument but the tensors, decided once for all calls of this signature
     mla_args = dict(
@@ -405,11 +404,7 @@ def prepare_mla_decode(
     )
 
     def run(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, options):
-        if write_partial:
-            part_out = torch.empty(part_out_shape, dtype=torch.float32, device=device)
-            part_lse = torch.empty(part_lse_shape, dtype=torch.float32, device=device)
-        else:  # never dereferenced: WRITE_PARTIAL is off
-            part_out = part_lse = out
+        part_out, part_lse = workspace.tensors(out)
         lse_t = lse if has_lse else out
         kv_scale = options["kv_scale"] if is_fp8 else q_latent
         launch(_mla_kernel, grid, q_latent)(

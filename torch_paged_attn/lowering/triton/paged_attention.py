@@ -554,6 +554,29 @@ def _plan_splits(
     return split_tokens, num_splits, write_partial
 
 
+class _Workspace:
+    """The split-KV workspace of a plan: partial outputs ``[T, S, Hq, Dv]`` and their LSEs
+    ``[T, S, Hq]`` (float32, log2), allocated per call by ``tensors`` (two stand-ins, never
+    dereferenced, when the plan writes no partials); ``po_strides`` / ``pl_strides`` are the
+    strides the kernels take (zeros without a workspace)."""
+
+    def __init__(self, write_partial: bool, num_tokens: int, num_splits: int, num_heads: int, head_size_v: int,
+                 device: torch.device):
+        self.shapes = None
+        self.po_strides, self.pl_strides = (0, 0, 0), (0, 0)
+        self.device = device
+        if write_partial:
+            self.shapes = (num_tokens, num_splits, num_heads, head_size_v), (num_tokens, num_splits, num_heads)
+            self.po_strides = contiguous_strides(*self.shapes[0])[:3]
+            self.pl_strides = contiguous_strides(*self.shapes[1])[:2]
+
+    def tensors(self, stand_in: Tensor) -> tuple[Tensor, Tensor]:
+        if self.shapes is None:
+            return stand_in, stand_in
+        return (torch.empty(self.shapes[0], dtype=torch.float32, device=self.device),
+                torch.empty(self.shapes[1], dtype=torch.float32, device=self.device))
+
+
 def paged_attention(
     query: Tensor, key_cache: Tensor, value_cache: Tensor,
     block_table: Tensor, seq_lens: Tensor, query_start_loc: Tensor,
@@ -622,15 +645,13 @@ def prepare_paged_attention(
     is_fp8 = key_cache.dtype in _FP8
     has_lse = lse is not None
     device = query.device
-    part_out_shape = (num_tokens, num_splits, num_heads, head_size_v)
-    part_lse_shape = (num_tokens, num_splits, num_heads)
+    workspace = _Workspace(write_partial, num_tokens, num_splits, num_heads, head_size_v, device)
     unbounded = 1 << 29  # a window side of -1 reaches every position below 2^28
     lse_strides = lse.stride() if has_lse else (0, 0)
     sq, skc, svc, sbt, so = query.stride(), key_cache.stride(), value_cache.stride(), block_table.stride(), out.stride()
     ssl, sqsl = seq_lens.stride(0), query_start_loc.stride(0)
     grid = (num_q_blocks, num_kv_heads * num_head_groups, num_splits if write_partial else 1)
-    po_strides = contiguous_strides(*part_out_shape)[:3] if write_partial else (0, 0, 0)
-    pl_strides = contiguous_strides(*part_lse_shape)[:2] if write_partial else (0, 0)
+    po_strides, pl_strides = workspace.po_strides, workspace.pl_strides
     # every launch argument but the tensors, decided once for all calls of this signature
     attention_args = dict(
         scale=float(scale), softcap=float(softcap),
@@ -677,11 +698,7 @@ def prepare_paged_attention(
     )
 
     def run(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, lse, options):
-        if write_partial:
-            part_out = torch.empty(part_out_shape, dtype=torch.float32, device=device)
-            part_lse = torch.empty(part_lse_shape, dtype=torch.float32, device=device)
-        else:  # never dereferenced: WRITE_PARTIAL is off
-            part_out = part_lse = out
+        part_out, part_lse = workspace.tensors(out)
         lse_t = lse if has_lse else out
         sinks = options["sinks"]
         sinks = sinks if sinks is not None else query
