@@ -10,6 +10,7 @@ import io
 import json
 import math
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -222,3 +223,28 @@ def test_decode_step_cpu(tmp_path):
     assert rows["eager"]["status"] == "ok" and rows["eager"]["p50_us"] > 0
     for mode in ("captured step", "graph replay"):
         assert rows[mode]["status"] == "n/a" and rows[mode]["reason"] == "needs CUDA"
+
+
+def test_sass_report_cpu(tmp_path):
+    """``sass_report.py`` compiles the launches the ops plan for an H100-sized GPU on a machine
+    without one: B1 x 32768 decode plans split-KV (attention kernel, then the combine kernel), the
+    attention kernel uses tensor cores and shared memory, and registers stay within the 255 a
+    thread can hold."""
+    import triton
+
+    tools = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    if not (tools / "cuobjdump").exists() or not (tools / "ptxas").exists():
+        pytest.skip("this Triton build has no bundled ptxas / cuobjdump")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    result = subprocess.run(
+        [sys.executable, str(BENCH / "sass_report.py"), "--shapes", "decode_B1_ctx32768", "--out", str(tmp_path)],
+        capture_output=True, text=True, env=env, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = json.loads(next(tmp_path.glob("sass-sm90-*.json")).read_text())["rows"]
+    kernels = [r["label"].split()[1] for r in rows]
+    assert kernels == ["_attention_kernel", "_combine_kernel"], rows
+    attention = rows[0]
+    assert 0 < attention["regs"] <= 255 and attention["smem"] > 0, attention
+    assert attention["HMMA"] + attention["HGMMA"] > 0, attention
+    assert "_attention_kernel" in result.stdout
