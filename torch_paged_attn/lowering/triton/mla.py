@@ -134,6 +134,7 @@ def _mla_kernel(
     CAUSAL: tl.constexpr, IS_FP8: tl.constexpr, HAS_LSE: tl.constexpr, WRITE_PARTIAL: tl.constexpr,
     DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
     MERGE_GROUP: tl.constexpr,  # splits the combine kernel loads at once
+    ONE_SPLIT: tl.constexpr,  # at most one split, merged in the program (no workspace)
 ):
     tl.static_assert(BLOCK_M >= 16 and TILE_N >= 16 and L_HALF >= 16 and R_PAD >= 16)
     tl.static_assert(L_HALF < LATENT and LATENT <= 2 * L_HALF)  # the first half is all latent
@@ -224,13 +225,21 @@ def _mla_kernel(
     merged_l = tl.zeros([BLOCK_M], tl.float32)
     merged_lo = tl.zeros([BLOCK_M, L_HALF], tl.float32)
     merged_hi = tl.zeros([BLOCK_M, L_HALF], tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc_lo = tl.zeros([BLOCK_M, L_HALF], tl.float32)
+    acc_hi = tl.zeros([BLOCK_M, L_HALF], tl.float32)
     bt_row = block_table_ptr + seq * stride_bt_seq
 
+    # ONE_SPLIT (at most one split, no workspace): the running state goes to the epilogue after
+    # the loop, so the merge state is not live across it (B64 x 4096 H128, sm_90, Triton 3.6:
+    # 784-byte stack and 326 local loads with it live; benchmarks/sass_report.py)
     for split in range(split_first, split_end):
-        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-        l_i = tl.zeros([BLOCK_M], tl.float32)
-        acc_lo = tl.zeros([BLOCK_M, L_HALF], tl.float32)
-        acc_hi = tl.zeros([BLOCK_M, L_HALF], tl.float32)
+        if not ONE_SPLIT:
+            m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+            l_i = tl.zeros([BLOCK_M], tl.float32)
+            acc_lo = tl.zeros([BLOCK_M, L_HALF], tl.float32)
+            acc_hi = tl.zeros([BLOCK_M, L_HALF], tl.float32)
         lo = split * split_tokens
         hi = tl.minimum(kv_hi, (split + 1) * split_tokens)
         # Block ids one tile ahead: the row addresses depend on them.
@@ -272,19 +281,25 @@ def _mla_kernel(
             acc_hi = _dot(p, c_hi, acc_hi, DOT_PRECISION, DOT_UPCAST)
 
         # -- this split's partial state: store it, or merge it into the running result --
+        if not ONE_SPLIT:
+            out_lo, part_lse = state_to_partial(m_i, l_i, acc_lo)
+            out_hi, _ = state_to_partial(m_i, l_i, acc_hi)
+            if WRITE_PARTIAL:
+                po_rows = tok.to(tl.int64) * stride_po_tok + split * stride_po_split + head * stride_po_head
+                po = part_out_ptr + po_rows[:, None]
+                tl.store(po + offs_h[None, :], out_lo, mask=row_ok[:, None])
+                tl.store(po + L_HALF + offs_h[None, :], out_hi, mask=row_ok[:, None] & hi_ok[None, :])
+                pl_rows = tok.to(tl.int64) * stride_pl_tok + split * stride_pl_split + head
+                tl.store(part_lse_ptr + pl_rows, part_lse, mask=row_ok)
+            else:  # both halves merge with the weights of the state before this split
+                _, _, merged_hi = merge_partial(merged_m, merged_l, merged_hi, part_lse, out_hi)
+                merged_m, merged_l, merged_lo = merge_partial(merged_m, merged_l, merged_lo, part_lse, out_lo)
+
+    if ONE_SPLIT:  # the same operations as one merged split (no split ran: the empty state)
         out_lo, part_lse = state_to_partial(m_i, l_i, acc_lo)
         out_hi, _ = state_to_partial(m_i, l_i, acc_hi)
-        if WRITE_PARTIAL:
-            po_rows = tok.to(tl.int64) * stride_po_tok + split * stride_po_split + head * stride_po_head
-            po = part_out_ptr + po_rows[:, None]
-            tl.store(po + offs_h[None, :], out_lo, mask=row_ok[:, None])
-            tl.store(po + L_HALF + offs_h[None, :], out_hi, mask=row_ok[:, None] & hi_ok[None, :])
-            pl_rows = tok.to(tl.int64) * stride_pl_tok + split * stride_pl_split + head
-            tl.store(part_lse_ptr + pl_rows, part_lse, mask=row_ok)
-        else:  # both halves merge with the weights of the state before this split
-            _, _, merged_hi = merge_partial(merged_m, merged_l, merged_hi, part_lse, out_hi)
-            merged_m, merged_l, merged_lo = merge_partial(merged_m, merged_l, merged_lo, part_lse, out_lo)
-
+        _, _, merged_hi = merge_partial(merged_m, merged_l, merged_hi, part_lse, out_hi)
+        merged_m, merged_l, merged_lo = merge_partial(merged_m, merged_l, merged_lo, part_lse, out_lo)
     if not WRITE_PARTIAL:
         # -- epilogue: out [BLOCK_M, L] in two halves and lse [BLOCK_M], natural log --
         out_lo, lse = merged_to_output(merged_m, merged_l, merged_lo, kv_scale)
@@ -384,6 +399,7 @@ def prepare_mla_decode(
         DOT_PRECISION="ieee" if q_latent.dtype == torch.float32 else "tf32",
         DOT_UPCAST=q_latent.dtype == torch.bfloat16 and _interpreted(),
         MERGE_GROUP=1 if split_tokens == _NO_SPLIT else _MERGE_GROUP,
+        ONE_SPLIT=split_tokens == _NO_SPLIT and not write_partial,
         num_warps=num_warps, num_stages=num_stages,
     )
     l_pad = _pad(latent)
