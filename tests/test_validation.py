@@ -949,7 +949,7 @@ def test_valid_inputs_pass_debug_checks(op: str, base: Callable[[], dict], monke
         assert torch.isfinite(t.float()).all()
 
 
-# -- remembered valid calls (ops/_checks.Validated) never let a bad one through -------------------
+# -- remembered plans of valid calls (lowering.plan) never let a bad one through ----------------------
 
 
 @pytest.mark.parametrize("case", BAD, ids=[c.id for c in BAD])
