@@ -232,6 +232,7 @@ def _attention_kernel(
     IS_FP8: tl.constexpr, HAS_LSE: tl.constexpr, WRITE_PARTIAL: tl.constexpr,
     DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
     MERGE_GROUP: tl.constexpr,  # splits the combine kernel loads at once
+    ONE_SPLIT: tl.constexpr,  # at most one split, merged in the program (no workspace)
 ):
     tl.static_assert(BLOCK_M >= 16 and TILE_N >= 16 and D_PAD >= 16 and DV_PAD >= 16)
     tl.static_assert(BLOCK_Q * HEADS <= BLOCK_M and BLOCK_Q >= 1)
@@ -348,10 +349,17 @@ def _attention_kernel(
             merged_m, merged_l, merged_acc, sink * LOG2E, tl.zeros([BLOCK_M, DV_PAD], tl.float32)
         )
 
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, DV_PAD], tl.float32)
+
+    # ONE_SPLIT (at most one split, no workspace): the running state goes to the epilogue after
+    # the loop, so the merge state ([BLOCK_M, DV_PAD] float32) is not live across it.
     for split in range(split_first, split_end):
-        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-        l_i = tl.zeros([BLOCK_M], tl.float32)
-        acc = tl.zeros([BLOCK_M, DV_PAD], tl.float32)
+        if not ONE_SPLIT:
+            m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+            l_i = tl.zeros([BLOCK_M], tl.float32)
+            acc = tl.zeros([BLOCK_M, DV_PAD], tl.float32)
         lo = tl.maximum(kv_lo, split * split_tokens) // TILE_N * TILE_N
         hi = tl.minimum(kv_hi, (split + 1) * split_tokens)
         # Block ids are fetched one tile ahead: the K/V addresses depend on them, and a load
@@ -415,16 +423,20 @@ def _attention_kernel(
             acc = _dot(p.to(q.dtype), v.to(q.dtype), acc, DOT_PRECISION, DOT_UPCAST)
 
         # -- this split's partial state: store it, or merge it into the running result --
-        part_out, part_lse = state_to_partial(m_i, l_i, acc)
-        if WRITE_PARTIAL:
-            po_rows = tok.to(tl.int64) * stride_po_tok + split * stride_po_split + head * stride_po_head
-            tl.store(part_out_ptr + po_rows[:, None] + offs_dv[None, :], part_out,
-                     mask=row_ok[:, None] & dv_ok[None, :])
-            pl_rows = tok.to(tl.int64) * stride_pl_tok + split * stride_pl_split + head
-            tl.store(part_lse_ptr + pl_rows, part_lse, mask=row_ok)
-        else:
-            merged_m, merged_l, merged_acc = merge_partial(merged_m, merged_l, merged_acc, part_lse, part_out)
+        if not ONE_SPLIT:
+            part_out, part_lse = state_to_partial(m_i, l_i, acc)
+            if WRITE_PARTIAL:
+                po_rows = tok.to(tl.int64) * stride_po_tok + split * stride_po_split + head * stride_po_head
+                tl.store(part_out_ptr + po_rows[:, None] + offs_dv[None, :], part_out,
+                         mask=row_ok[:, None] & dv_ok[None, :])
+                pl_rows = tok.to(tl.int64) * stride_pl_tok + split * stride_pl_split + head
+                tl.store(part_lse_ptr + pl_rows, part_lse, mask=row_ok)
+            else:
+                merged_m, merged_l, merged_acc = merge_partial(merged_m, merged_l, merged_acc, part_lse, part_out)
 
+    if ONE_SPLIT:  # the same operations as one merged split (no split ran: the empty state)
+        part_out, part_lse = state_to_partial(m_i, l_i, acc)
+        merged_m, merged_l, merged_acc = merge_partial(merged_m, merged_l, merged_acc, part_lse, part_out)
     if not WRITE_PARTIAL:
         # -- epilogue: out [BLOCK_M, DV_PAD] and lse [BLOCK_M], natural log --
         out, lse = merged_to_output(merged_m, merged_l, merged_acc, v_scale)
@@ -679,6 +691,7 @@ def prepare_paged_attention(
         DOT_PRECISION="ieee" if query.dtype == torch.float32 else "tf32",
         DOT_UPCAST=query.dtype == torch.bfloat16 and _interpreted(),
         MERGE_GROUP=1 if split_tokens == _NO_SPLIT else _MERGE_GROUP,
+        ONE_SPLIT=split_tokens == _NO_SPLIT and not write_partial,
         num_warps=num_warps, num_stages=num_stages,
     )
     block_h = max(1, min(next_power_of_2(num_heads), 512 // dv_pad))  # 4 x [block_h, Dv] in flight
