@@ -14,6 +14,7 @@ tensors), and the cubin is read with the ``cuobjdump`` bundled with Triton. Colu
     LDL/STL   local-memory loads / stores     smem      shared memory bytes (static + pipeline)
     HGMMA     wgmma instructions (Hopper)     HMMA      mma.sync instructions
     LDGSTS    cp.async instructions (loads that go to shared memory without registers)
+    LDS8      byte-wide shared-memory loads (an fp8 tile read one element per instruction)
 
 ``--sweeps`` compiles every candidate of ``tune.py``'s sweeps on its shape instead. These are the
 compiler's figures, not the hardware's: the Triton and ptxas of this machine decide them, which
@@ -54,7 +55,7 @@ from torch_paged_attn.lowering.triton import mla as mla_kernel  # noqa: E402
 from torch_paged_attn.lowering.triton import paged_attention as attn_kernel  # noqa: E402
 
 META = torch.device("meta")
-COLUMNS = ("regs", "stack", "LDL", "STL", "smem", "HGMMA", "HMMA", "LDGSTS")
+COLUMNS = ("regs", "stack", "LDL", "STL", "smem", "HGMMA", "HMMA", "LDGSTS", "LDS8")
 
 
 @contextlib.contextmanager
@@ -152,7 +153,7 @@ def compile_launch(kernel, kwargs: dict, arch: int) -> dict:
     field = lambda name: int(re.search(rf"{name}:(\d+)", usage).group(1))  # noqa: E731
     return dict(regs=field("REG"), stack=field("STACK"), LDL=count(r"\bLDL\b"), STL=count(r"\bSTL\b"),
                 smem=compiled.metadata.shared, HGMMA=count(r"\bHGMMA\."), HMMA=count(r"\bHMMA\."),
-                LDGSTS=count(r"\bLDGSTS\b"))
+                LDGSTS=count(r"\bLDGSTS\b"), LDS8=count(r"\bLDS\.U8\b"))
 
 
 def report(name: str, s, plan, args) -> list[dict]:

@@ -75,6 +75,13 @@ def main() -> int:
             q, kc, vc, bt, lens, qsl, out, lse, scale=0.2, causal=True, window_left=-1, window_right=-1, softcap=0.0,
             alibi_slopes=slopes, sinks=sinks, k_scale=None, v_scale=None, attention_chunk_size=0, split_tokens=split)))
 
+    kc8, vc8, unit_scale = kc.to(torch.float8_e4m3fn), vc.to(torch.float8_e4m3fn), torch.tensor(0.5)
+    fp8_inputs = dict(attn_inputs, key_cache=kc8, value_cache=vc8, k_scale=unit_scale, v_scale=unit_scale)
+    out, lse = torch.empty(6, 4, 32, **bf16), torch.empty(6, 4)
+    calls.append(("paged_attention fp8", fp8_inputs, lambda out=out, lse=lse: paged_attention.paged_attention(
+        q, kc8, vc8, bt, lens, qsl, out, lse, scale=0.2, causal=True, window_left=-1, window_right=-1, softcap=0.0,
+        alibi_slopes=None, sinks=None, k_scale=unit_scale, v_scale=unit_scale, attention_chunk_size=0)))
+
     ql, qr, kv = randn(3, 16, 64, **bf16), randn(3, 16, 16, **bf16), randn(10, 16, 80, **bf16)
     dec_qsl = torch.tensor([0, 1, 2, 3], **i32)
     mla_inputs = dict(q_latent=ql, q_rope=qr, kv_cache=kv, block_table=bt, seq_lens=lens, query_start_loc=dec_qsl)
@@ -82,6 +89,12 @@ def main() -> int:
         out, lse = torch.empty(3, 16, 64, **bf16), torch.empty(3, 16)
         calls.append(("mla_decode", mla_inputs, lambda out=out, lse=lse, split=split: mla.mla_decode(
             ql, qr, kv, bt, lens, dec_qsl, out, lse, scale=0.1, causal=True, kv_scale=None, split_tokens=split)))
+
+    kv8 = kv.to(torch.float8_e4m3fn)
+    out, lse = torch.empty(3, 16, 64, **bf16), torch.empty(3, 16)
+    calls.append(("mla_decode fp8", dict(mla_inputs, kv_cache=kv8, kv_scale=unit_scale),
+                  lambda out=out, lse=lse: mla.mla_decode(ql, qr, kv8, bt, lens, dec_qsl, out, lse, scale=0.1,
+                                                          causal=True, kv_scale=unit_scale)))
 
     k, v, slots = randn(5, 2, 32, **bf16), randn(5, 2, 32, **bf16), torch.tensor([3, -1, 40, 77, 12])
     calls.append(("reshape_and_cache", dict(key=k, value=v, slot_mapping=slots),

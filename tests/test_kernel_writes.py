@@ -25,9 +25,10 @@ def test_no_kernel_writes_an_input_it_only_reads() -> None:
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     launches = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
-    # every kernel of the package, split-KV paths included
+    # every kernel of the package, split-KV paths and fp8 caches included
     assert {(x["op"], x["kernel"]) for x in launches} == {
         ("paged_attention", "_attention_kernel"), ("paged_attention", "_combine_kernel"),
+        ("paged_attention fp8", "_attention_kernel"), ("mla_decode fp8", "_mla_kernel"),
         ("mla_decode", "_mla_kernel"), ("mla_decode", "_combine_kernel"),
         ("reshape_and_cache", "_cache_write_kernel"), ("concat_and_cache_mla", "_cache_write_kernel"),
         ("gather_cache", "_gather_cache_kernel"), ("merge_attn_states", "_merge_attn_states_kernel"),

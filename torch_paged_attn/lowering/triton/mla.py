@@ -43,6 +43,7 @@ from .paged_attention import (
     _combine_kernel,
     _dot,
     _fp16_exponent,
+    _fp8_to_fp16,
     _interpreted,
     _interpreting,
     _load_block_ids,
@@ -75,10 +76,14 @@ _CONFIGS = {
     32: (32, 4, 3, 2),
     64: (64, 8, 2, 1),
 }
-# fp8 caches (bf16 queries, fp16 dots), BLOCK_M 16, B128 x 4096 H16: (32, 4, 3, 4) 26.5 % of copy,
-# (64, 4, 2, 2) 21.9, (64, 4, 2, 4) 21.4, (128, 8, 2, 2) 20.9, (64, 4, 2, 1) 11.7, (128, 4, 2, 2)
-# 2.0 (spills). The per-element fp8 -> fp16 conversion, not memory, bounds these.
-_FP8_CONFIGS = {**_CONFIGS, 16: (32, 4, 3, 4)}
+# fp8 caches (bf16 queries, fp16 dots), BLOCK_M 16, B128 x 4096 H16, H200, before the latent tiles
+# were converted in their load layout (``_fp8_to_fp16``): (32, 4, 3, 4) 26.5 % of copy, (64, 4, 2,
+# 2) 21.9, (64, 4, 2, 4) 21.4, (128, 8, 2, 2) 20.9, (64, 4, 2, 1) 11.7, (128, 4, 2, 2) 2.0 (spills);
+# the values were then read from shared memory a byte at a time (128 LDS.U8 a tile, 255 registers,
+# 56-byte stack on sm_90). Converted in place, the fp16 tile is staged in shared memory: (32, 4, 3)
+# needs 118 KiB (one program per SM where 4 were planned), (32, 4, 2) 100 KiB and 224 registers,
+# two programs per SM; not yet measured (``tune.py --sweeps mla_fp8``).
+_FP8_CONFIGS = {**_CONFIGS, 16: (32, 4, 2, 2)}
 # Heads one program holds (the M dimension of the dots is at most 64 rows).
 _MAX_HEADS_PER_PROGRAM = 64
 _MAX_BLOCK_M = 64
@@ -117,7 +122,7 @@ def _mla_kernel(
     out_ptr, lse_ptr,  # [T, H, L]; [T, H] float32 (HAS_LSE)
     kv_scale_ptr,  # [] or [1] float32 (IS_FP8)
     part_out_ptr, part_lse_ptr,  # [T, S, H, L], [T, S, H] float32, lse in log2 (WRITE_PARTIAL)
-    scale,  # float
+    scale, unit,  # float; 1.0 (_fp8_to_fp16)
     split_tokens, num_splits, num_tokens, num_seqs, num_blocks, max_blocks,
     stride_ql_tok, stride_ql_head,
     stride_qr_tok, stride_qr_head,
@@ -260,7 +265,8 @@ def _mla_kernel(
             c_hi = _load_rows(kv_cache_ptr + L_HALF, rows, offs_h, key_ok, LATENT - L_HALF, L_HALF)
             k_pe = _load_rows(kv_cache_ptr + LATENT, rows, offs_r, key_ok, ROPE, R_PAD)
             if IS_FP8:  # exact: fp8 values are fp16 values; the scale is in qk_scale and the epilogue
-                c_lo, c_hi, k_pe = c_lo.to(tl.float16), c_hi.to(tl.float16), k_pe.to(tl.float16)
+                c_lo, c_hi = _fp8_to_fp16(c_lo, unit), _fp8_to_fp16(c_hi, unit)  # the values too
+                k_pe = k_pe.to(tl.float16)
             c_lo, c_hi, k_pe = c_lo.to(q_lo.dtype), c_hi.to(q_lo.dtype), k_pe.to(q_lo.dtype)
 
             # -- scores (log2 domain): [BLOCK_M, TILE_N] --
@@ -380,7 +386,7 @@ def prepare_mla_decode(
     grid = (num_q_blocks, num_head_groups, num_splits if write_partial else 1)
     # every launch argument but the tensors, decided once for all calls of this signature
     mla_args = dict(
-        scale=float(scale),
+        scale=float(scale), unit=1.0,
         split_tokens=split_tokens, num_splits=num_splits, num_tokens=num_tokens, num_seqs=num_seqs,
         num_blocks=num_blocks, max_blocks=max_blocks,
         stride_ql_tok=sql[0], stride_ql_head=sql[1],

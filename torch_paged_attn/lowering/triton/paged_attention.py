@@ -47,7 +47,8 @@ _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 # shared: 2 programs per SM). Before masks were skipped on inner tiles, TILE_N 128 / 2 stages gave
 # 94.9, 95.4, 89.9; TILE_N 64 / 3 stages 90.6, 89.0, 84.3; TILE_N 32 / 3 stages 76.2, 90.1, 87.3;
 # 8 warps 62.7, 63.2, 62.0. D 64 (and unmeasured 16/32): TILE_N 256 91.8 vs 128 73.4 (B64x4096).
-# D 256: 101.0. fp8 e4m3 B64x4096: 54.9 % (TILE_N 256: 49.1).
+# D 256: 101.0. fp8 e4m3 B64x4096: 62.6 % (TILE_N 256: 49.1), before the values were converted in
+# their load layout (``_fp8_to_fp16``: 255 -> 168 registers on sm_90; not yet measured).
 # Prefill, 4 x 2048 causal / 4 x 512 on 4096 keys, TFLOP/s: (128, 64, 8 warps, 3 stages) 246 / 292,
 # 2 stages 239 / 250, (128, 32, 4, 3) 194 / 253, (64, 64, 4, 3) 197 / 226, TILE_N 128: 170 / 230.
 _DECODE_CONFIGS = {
@@ -202,6 +203,22 @@ def _fp16_exponent(amax):
     return tl.exp2(tl.minimum(tl.maximum(e, -100.0), 100.0))
 
 
+@triton.jit
+def _fp8_to_fp16(x, unit):
+    """An fp8 value tile as fp16 (exact), converted in the layout it was loaded in.
+
+    ``unit`` is 1.0 from a kernel argument: multiplying by it changes no bit, but the compiler
+    cannot see through it, so Triton does not move the conversion below the change to the dot's
+    operand layout (it hoists that change through plain elementwise code up to the load). Moved,
+    the conversion reads the fp8 tile from shared memory one byte per instruction where the
+    operand is key-major, as the values of ``P @ V`` are (ldmatrix has no 8-bit transpose on
+    sm_90); here the fp16 tile goes through shared memory in 16-byte stores and transposing
+    ldmatrix. Decode B64 x 4096 on sm_90, Triton 3.6 (``benchmarks/sass_report.py``): 128
+    ``LDS.U8`` and 255 registers with an 88-byte stack a 128 x 128 tile, against none and 168
+    registers, for 64 ``HMUL2``."""
+    return x.to(tl.float16) * tl.cast(unit, tl.float16)
+
+
 @triton.jit(do_not_specialize=["num_tokens", "num_seqs", "max_blocks", "split_tokens", "long_split_tokens",
                               "long_from", "num_splits"])
 def _attention_kernel(
@@ -213,6 +230,7 @@ def _attention_kernel(
     k_scale_ptr, v_scale_ptr,  # [] or [1] float32 (IS_FP8)
     part_out_ptr, part_lse_ptr,  # [T, S, Hq, Dv], [T, S, Hq] float32, lse in log2 (WRITE_PARTIAL)
     scale, softcap, window_left, window_right, chunk_size,  # float, float, int, int, int
+    unit,  # 1.0 (_fp8_to_fp16)
     split_tokens, long_split_tokens, long_from,  # split size; sequences longer than long_from: the second
     num_splits, num_tokens, num_seqs, num_blocks, max_blocks,
     stride_q_tok, stride_q_head,
@@ -419,7 +437,7 @@ def _attention_kernel(
             v_rows = block * stride_vc_block + slot * stride_vc_slot + kv_head * stride_vc_head
             v = _load_rows(value_cache_ptr, v_rows, offs_dv, key_ok, HEAD_SIZE_V, DV_PAD)
             if IS_FP8:
-                v = v.to(tl.float16)
+                v = _fp8_to_fp16(v, unit)
             acc = _dot(p.to(q.dtype), v.to(q.dtype), acc, DOT_PRECISION, DOT_UPCAST)
 
         # -- this split's partial state: store it, or merge it into the running result --
@@ -666,7 +684,7 @@ def prepare_paged_attention(
     po_strides, pl_strides = workspace.po_strides, workspace.pl_strides
     # every launch argument but the tensors, decided once for all calls of this signature
     attention_args = dict(
-        scale=float(scale), softcap=float(softcap),
+        scale=float(scale), softcap=float(softcap), unit=1.0,
         window_left=window_left if window_left >= 0 else unbounded,
         window_right=window_right if window_right >= 0 else unbounded,
         chunk_size=max(attention_chunk_size, 1),
