@@ -50,6 +50,10 @@ class Sweep:
 
 _ATTN_DECODE = attn_kernel._DECODE_CONFIGS  # (BLOCK_M, TILE_N, warps, stages, programs per SM)
 _ATTN_PREFILL = attn_kernel._PREFILL_CONFIGS
+# prefill and chunked prefill (D 128) sweep the same tiles
+_PREFILL_TILES = (
+    (128, 64, 8, 3, 1), (128, 64, 8, 2, 1), (128, 128, 8, 2, 1), (128, 128, 8, 3, 1), (128, 32, 8, 4, 1),
+    (128, 64, 4, 3, 1), (64, 64, 4, 3, 2), (64, 128, 4, 2, 2))
 _MLA = mla_kernel._CONFIGS  # BLOCK_M -> (TILE_N, warps, stages, programs per SM)
 
 SWEEPS = {
@@ -60,12 +64,8 @@ SWEEPS = {
     "attn_b1": Sweep("decode_B1_ctx32768", _ATTN_DECODE, 128, (
         (16, 128, 4, 2, 2), (16, 128, 4, 2, 1), (16, 128, 4, 2, 3), (16, 128, 4, 2, 4), (16, 64, 4, 3, 2),
         (16, 64, 4, 3, 4), (16, 128, 4, 3, 2), (16, 256, 4, 2, 2))),
-    "attn_prefill": Sweep("prefill_B4_q2048", _ATTN_PREFILL, 128, (
-        (128, 64, 8, 3, 1), (128, 64, 8, 2, 1), (128, 128, 8, 2, 1), (128, 128, 8, 3, 1), (128, 32, 8, 4, 1),
-        (128, 64, 4, 3, 1), (64, 64, 4, 3, 2), (64, 128, 4, 2, 2))),
-    "attn_chunked": Sweep("chunked_prefill_B4_q512_ctx4096", _ATTN_PREFILL, 128, (
-        (128, 64, 8, 3, 1), (128, 64, 8, 2, 1), (128, 128, 8, 2, 1), (128, 128, 8, 3, 1), (128, 32, 8, 4, 1),
-        (128, 64, 4, 3, 1), (64, 64, 4, 3, 2), (64, 128, 4, 2, 2))),
+    "attn_prefill": Sweep("prefill_B4_q2048", _ATTN_PREFILL, 128, _PREFILL_TILES),
+    "attn_chunked": Sweep("chunked_prefill_B4_q512_ctx4096", _ATTN_PREFILL, 128, _PREFILL_TILES),
     "invariant_B64": Sweep("decode_B64_ctx4096", None, 0, (1024, 2048, 4096), batch_invariant=True),
     "invariant_B8": Sweep("decode_B8_ctx8192_Hq64", None, 0, (1024, 2048, 4096), batch_invariant=True),
     "mla_h16": Sweep("B128_ctx4096_H16", _MLA, 16, (
