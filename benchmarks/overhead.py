@@ -19,9 +19,10 @@ events figure minus the cached null launch's. Every op is measured twice in the 
 shipped, and with ``TORCH_PAGED_ATTN_FAST_LAUNCH=0`` (columns ``... slow``: every launch through
 ``kernel[grid]``). Medians of 5 repetitions. JSON rows go to ``<out>/overhead-<gpu>-<date>.json``.
 
-``--null-launch`` (any device, CPU included) measures the op-level host code alone: the ops take
-the Triton backend's host path (validation, planning, argument building) with every kernel launch
-replaced by a no-op, on CPU tensors when ``--device cpu``; ``wall us`` is then the whole figure.
+``--null-launch`` (any device, CPU included) measures the package's host code alone: the ops take
+the Triton backend's host path (validation, planning, argument building, the cached launcher's key
+and lookup) with every kernel binary replaced by a no-op, on CPU tensors when ``--device cpu``;
+``wall us`` is then the whole figure. What it leaves out is Triton's C launcher and the driver.
 """
 
 from __future__ import annotations
@@ -84,27 +85,53 @@ def _env(name: str, value: str | None):
 @contextlib.contextmanager
 def null_launch():
     """Route every op to the Triton backend's host code, whatever the device, with each kernel
-    launch a no-op (``--null-launch``): the op-level host time alone. Restored on exit."""
+    binary a no-op (``--null-launch``): validation, planning, argument building and the cached
+    launcher (``lowering/triton/_launch.py``: its per-call key and cache lookup) run as on a GPU,
+    and the call stops where the binary's C launcher would be called. Restored on exit."""
+    from triton.runtime.jit import JITFunction
+
     from torch_paged_attn import lowering
-    from torch_paged_attn.lowering.triton import kv_cache, merge, mla, paged_attention
+    from torch_paged_attn.lowering.triton import _launch
 
-    modules = (paged_attention, mla, kv_cache, merge)
-    choose, launches = lowering._choose, [m.launch for m in modules]
+    binary_calls = [0]  # yielded: how many times a stand-in binary was launched
 
-    def nothing(**kwargs):
+    def no_binary(*arguments) -> None:
+        binary_calls[0] += 1
+
+    class StandIn(_launch.FastLauncher):
+        """A cached launcher whose every new key gets a binary that does nothing."""
+
+        def _miss(self, grid, kwargs):
+            self.cache[self.current_device(), self._key(kwargs)] = (no_binary, None, None, None)
+
+    stand_ins: dict[int, StandIn] = {}
+
+    def fast_launcher(kernel):
+        fast = stand_ins.get(id(kernel))
+        if fast is None:  # JITFunction(kernel.fn): the interpreter's kernels have no parameter list
+            jit = kernel if type(kernel) is JITFunction else JITFunction(kernel.fn)
+            fast = stand_ins[id(kernel)] = StandIn(jit, current_device=lambda: 0, current_stream=lambda device: 0)
+        return fast
+
+    def open_on_any_device(like) -> str | None:  # _launch._cached_path_open without its CUDA test
+        if (
+            type(like) is torch.Tensor
+            and torch._C._len_torch_dispatch_stack() == 0
+            and not torch.compiler.is_compiling()
+        ):
+            mode = _launch._MODE.get()
+            return None if mode == "0" else mode
         return None
 
-    lowering._choose = lambda op, facts: choose(op, {**facts, "device": "cuda"})
+    saved = lowering._choose, _launch._fast_launcher, _launch._cached_path_open
+    lowering._choose = lambda op, facts: saved[0](op, {**facts, "device": "cuda"})
+    _launch._fast_launcher, _launch._cached_path_open = fast_launcher, open_on_any_device
     lowering._CHOICES.clear()
-    for module in modules:
-        module.launch = lambda kernel, grid, like: nothing
     try:
-        yield
+        yield binary_calls
     finally:
-        lowering._choose = choose
+        lowering._choose, _launch._fast_launcher, _launch._cached_path_open = saved
         lowering._CHOICES.clear()
-        for module, launch in zip(modules, launches):
-            module.launch = launch
 
 
 def op_calls(device: torch.device) -> dict[str, Callable[[], Any]]:
@@ -191,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calls", type=int, default=1000, help="calls per timed repetition")
     ap.add_argument("--quick", action="store_true", help="100 calls, 3 repetitions")
     ap.add_argument("--out", default=RESULTS, help="directory of the JSON results")
-    ap.add_argument("--null-launch", action="store_true", help="op host code only: kernel launches are no-ops")
+    ap.add_argument("--null-launch", action="store_true", help="package host code only: kernel binaries are no-ops")
     args = ap.parse_args(argv)
     device = H.resolve_device(args.device)
     calls, reps = (min(args.calls, 100), 3) if args.quick else (args.calls, 5)
@@ -199,8 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     meta = H.device_info(device)
     meta["args"] = vars(args)
     path = H.json_path("overhead", meta, args.out)
-    with null_launch() if args.null_launch else contextlib.nullcontext():
-        rows = _measure_all(args, device, calls, reps)
+    with null_launch() if args.null_launch else contextlib.nullcontext() as binary_calls:
+        rows = _measure_all(args, device, calls, reps, binary_calls)
     null = next((r.extra.get("events_us") for r in rows if r.provider == "null kernel, cached launch"), None)
     for r in rows:
         if r.status == "ok" and null is not None and r.extra.get("events_us") is not None:
@@ -211,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _measure_all(args, device: torch.device, calls: int, reps: int) -> list[H.Row]:
+def _measure_all(args, device: torch.device, calls: int, reps: int, binary_calls: list[int] | None) -> list[H.Row]:
     targets: dict[str, Callable[[], Callable[[], Any]]] = {}
     if device.type == "cuda" and not args.null_launch:
         targets["null triton kernel"] = null_kernel
@@ -234,6 +261,11 @@ def _measure_all(args, device: torch.device, calls: int, reps: int) -> list[H.Ro
             if name in ops:
                 note = H.backend_of(fn)[1]
             row.extra.update(measure(fn, device, calls, reps), note=note)
+            if binary_calls is not None:  # --null-launch: kernels one call launches on the cached path
+                binary_calls[0] = 0
+                fn()
+                row.extra["cached_launches"] = binary_calls[0]
+                row.extra["note"] = f"{note}; {binary_calls[0]} cached launch(es) a call"
             if name in ops and device.type == "cuda" and not args.null_launch:
                 with _env("TORCH_PAGED_ATTN_FAST_LAUNCH", "0"):
                     slow = measure(fn, device, calls, reps)

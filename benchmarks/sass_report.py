@@ -64,16 +64,18 @@ def captured_launches(sms: int) -> Iterator[list]:
     launch as ``(kernel, kwargs)`` in the yielded list instead of running it."""
     launches: list = []
     modules = (attn_kernel, mla_kernel)
-    saved = [m.launch for m in modules], attn_kernel._num_sms
+    saved = [m.launcher for m in modules], attn_kernel._num_sms
     for m in modules:
-        m.launch = lambda kernel, grid, like: (lambda **kw: launches.append((kernel, kw)))
+        m.launcher = lambda kernel, grid, **constants: (
+            lambda like, **tensors: launches.append((kernel, {**tensors, **constants}))
+        )
     attn_kernel._num_sms = lambda device: sms
     lowering._CHOICES.clear()
     try:
         yield launches
     finally:
-        for m, launch in zip(modules, saved[0]):
-            m.launch = launch
+        for m, launcher in zip(modules, saved[0]):
+            m.launcher = launcher
         attn_kernel._num_sms = saved[1]
         lowering._CHOICES.clear()
 

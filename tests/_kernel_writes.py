@@ -46,11 +46,11 @@ def main() -> int:
 
     captured: list[tuple] = []
 
-    def capture(kernel, grid, like):
-        return lambda **kwargs: captured.append((kernel, kwargs))
+    def capture(kernel, grid, **constants):
+        return lambda like, **tensors: captured.append((kernel, {**tensors, **constants}))
 
     for module in (kv_cache, merge, mla, paged_attention):  # each module's own name for the launch helper
-        module.launch = capture
+        module.launcher = capture
 
     g = torch.Generator().manual_seed(0)
     bf16 = dict(dtype=torch.bfloat16)

@@ -147,18 +147,19 @@ def test_overhead_cpu(tmp_path, capsys):
 
 
 def test_overhead_null_launch_cpu(tmp_path):
-    """--null-launch times the Triton host path of every op with no-op launches, and puts the
-    backend selection and the launch helpers back afterwards."""
+    """--null-launch times the Triton host path of every op with no-op kernel binaries, and puts
+    the backend selection and the launch helpers back afterwards."""
     from torch_paged_attn import lowering
-    from torch_paged_attn.lowering.triton import paged_attention
+    from torch_paged_attn.lowering.triton import _launch
 
-    choose, launch = lowering._choose, paged_attention.launch
+    saved = lowering._choose, _launch._fast_launcher, _launch._cached_path_open
     overhead = _load("overhead")
     assert overhead.main(["--device", "cpu", "--quick", "--calls", "5", "--null-launch", "--out", str(tmp_path)]) == 0
     doc = json.loads(next(tmp_path.glob("overhead-*.json")).read_text())
     for r in doc["rows"]:
         assert r["status"] == "ok" and "triton" in r["extra"]["note"], r
-    assert lowering._choose is choose and paged_attention.launch is launch
+        assert r["extra"]["cached_launches"] >= 1, r  # the cached launcher ran, up to the binary
+    assert (lowering._choose, _launch._fast_launcher, _launch._cached_path_open) == saved
 
 
 def test_plot(results, tmp_path):

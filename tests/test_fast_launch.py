@@ -257,6 +257,165 @@ def test_which_calls_may_take_the_cached_path(monkeypatch) -> None:
         assert _launch.fast_launch_mode() == mode
 
 
+# -- launches planned with their constants (``launcher`` / ``FastLauncher.constant_launch``) --
+
+_CONSTANTS = dict(n=33, m=16, scale=0.5, flag=3, BLOCK=16, num_warps=4)
+
+
+def _open_on_cpu(like):
+    """``_launch._cached_path_open`` without its CUDA test, so the cached path runs on CPU tensors."""
+    return "1" if type(like) is torch.Tensor else None
+
+
+def test_constant_launch_passes_every_argument_in_order(monkeypatch) -> None:
+    monkeypatch.setattr(_launch, "_cached_path_open", _open_on_cpu)
+    kernel = _StandIn()
+    fast = _launch.FastLauncher(kernel, current_device=lambda: 0, current_stream=lambda d: 1234)
+    go = fast.constant_launch((5, 2), _CONSTANTS)
+    y = torch.zeros(8)
+    first = go(y, x_ptr=_BUF, y_ptr=y)
+    assert kernel.slow_calls == 1 and first.launches == [("slow", (5, 2))]
+    again = go(y, x_ptr=_BUF, y_ptr=y)
+    assert again is first and kernel.slow_calls == 1
+    # the defaulted MODE is passed too; scalars and constexprs in signature order among the tensors
+    assert again.launches[-1] == (5, 2, 1, 1234, "function-0", (4, 1, 0), None, None, None,
+                                  _BUF, y, 33, 16, 0.5, 3, 16, "a")
+    with pytest.raises(TypeError):  # a tensor parameter left out
+        go(y, x_ptr=_BUF)
+
+
+@pytest.mark.parametrize("dns", [(), ("x_ptr",)], ids=["specialized", "dns_x"])
+def test_constant_launch_runs_the_binary_triton_chooses(dns, monkeypatch) -> None:
+    """Over pointer alignments, dtypes and None, in a shuffled order with repeats, and over
+    constants that Triton specialises differently, every launch runs exactly the binary Triton
+    chooses for its arguments; repeated keys never go back to ``kernel[grid]``."""
+    monkeypatch.setattr(_launch, "_cached_path_open", _open_on_cpu)
+    kernel = _StandIn()
+    kernel.do_not_specialize = list(dns)
+    kernel.params = [p for p in JITFunction(_kernel_fn, do_not_specialize=list(dns)).params]
+    fast = _launch.FastLauncher(kernel, current_device=lambda: 0, current_stream=lambda d: 0)
+    pointers = (None, _BUF, _BUF[1:], _BUF[4:], _BUF[8:], _BUF.to(torch.float16), _BUF.to(torch.float16)[8:])
+    constant_sets = (_CONSTANTS, dict(_CONSTANTS, n=1), dict(_CONSTANTS, m=17), dict(_CONSTANTS, BLOCK=32, MODE="b"),
+                     dict(_CONSTANTS, num_warps=8))
+    calls = [(c, x, y) for c in range(len(constant_sets)) for x in pointers for y in pointers[1:3]] * 2
+    random = __import__("random").Random(0)
+    random.shuffle(calls)
+    launchers = [fast.constant_launch((3,), c) for c in constant_sets]
+    seen = set()
+    for c, x, y in calls:
+        before = kernel.slow_calls
+        compiled = launchers[c](_BUF, x_ptr=x, y_ptr=y)
+        assert compiled is kernel._choose(dict(x_ptr=x, y_ptr=y, **constant_sets[c])), (constant_sets[c], x, y)
+        key = (c, None if x is None else (x.dtype, x.data_ptr() % 16), y.data_ptr() % 16)
+        if key in seen:
+            assert kernel.slow_calls == before, f"a repeated call went back to kernel[grid]: {key}"
+        seen.add(key)
+    assert len(kernel.binaries) > 10
+
+
+def test_constant_launch_closed_paths_go_through_launch(monkeypatch) -> None:
+    """Where the cached path is closed (a CPU tensor; Triton busy with a hook; the switch at 0)
+    every call is ``launch``'s; check mode asks Triton at each cached launch."""
+    kernel = _StandIn()
+    fast = _launch.FastLauncher(kernel, current_device=lambda: 0, current_stream=lambda d: 0)
+    go = fast.constant_launch((2,), _CONSTANTS)  # the real gate: CPU tensors never take the cached path
+    for n in range(3):
+        go(_BUF, x_ptr=_BUF, y_ptr=_BUF)
+        assert kernel.slow_calls == n + 1
+    monkeypatch.setattr(_launch, "_cached_path_open", _open_on_cpu)
+    go = fast.constant_launch((2,), _CONSTANTS)
+    go(_BUF, x_ptr=_BUF, y_ptr=_BUF)
+    go(_BUF, x_ptr=_BUF, y_ptr=_BUF)
+    assert kernel.slow_calls == 4  # one miss, then cached
+    kernel.add_pre_run_hook(lambda *a, **k: None)
+    go(_BUF, x_ptr=_BUF, y_ptr=_BUF)
+    assert kernel.slow_calls == 5  # a pre-run hook: through kernel[grid]
+    kernel.pre_run_hooks.clear()
+    monkeypatch.setattr(_launch, "_cached_path_open", lambda like: "check")
+    go = fast.constant_launch((2,), _CONSTANTS)
+    go(_BUF, x_ptr=_BUF, y_ptr=_BUF)  # a hit of the kernel's cache, remembered by this launch
+    go(_BUF, x_ptr=_BUF, y_ptr=_BUF)  # Triton agrees
+    fast.cache[0, fast._key(dict(x_ptr=_BUF, y_ptr=_BUF, **_CONSTANTS))] = (lambda *a: None, "f", (4, 1, 0), _Compiled("x"))
+    go = fast.constant_launch((2,), _CONSTANTS)
+    go(_BUF, x_ptr=_BUF, y_ptr=_BUF)  # remembers the planted wrong binary
+    with pytest.raises(RuntimeError, match="not the one Triton chooses"):
+        go(_BUF, x_ptr=_BUF, y_ptr=_BUF)
+
+
+def test_planned_launches_of_every_kernel_pass_what_kernel_grid_would(monkeypatch) -> None:
+    """Every kernel of the package, through the public ops' plans on CPU tensors (the Triton
+    backend's host path, binaries stood in): the first call of a plan goes through ``kernel[grid]``
+    semantics (arguments by name, defaults filled, in the kernel's parameter order), later calls
+    through the generated cached path; both pass the same grid and the same arguments."""
+    from torch_paged_attn import lowering
+
+    launched: list[tuple] = []
+
+    class Recorder(_launch.FastLauncher):
+        def _miss(self, grid, kwargs):  # what JITFunction.run would pass, from the arguments by name
+            args = tuple(kwargs[p.name] if p.name in kwargs else p.default for p in self.params)
+            g = (*grid, 1, 1)[:3]
+            launched.append((self.kernel.fn.__name__, g, args))
+
+            def binary(g0, g1, g2, stream, function, metadata, launch_metadata, enter, exit, *arguments):
+                launched.append((self.kernel.fn.__name__, (g0, g1, g2), arguments))
+
+            self.cache[self.current_device(), self._key(kwargs)] = (binary, None, None, None)
+
+    recorders: dict[int, Recorder] = {}
+
+    def fast_launcher(kernel):
+        if id(kernel) not in recorders:
+            jit = kernel if type(kernel) is JITFunction else JITFunction(kernel.fn)
+            recorders[id(kernel)] = Recorder(jit, current_device=lambda: 0, current_stream=lambda d: 0)
+        return recorders[id(kernel)]
+
+    choose = lowering._choose
+    monkeypatch.setattr(lowering, "_choose", lambda op, facts: choose(op, {**facts, "device": "cuda"}))
+    monkeypatch.setattr(_launch, "_fast_launcher", fast_launcher)
+    monkeypatch.setattr(_launch, "_cached_path_open", _open_on_cpu)
+    lowering._CHOICES.clear()
+    try:
+        for name, fn in _op_calls(torch.float32, 0, 3, device="cpu").items():
+            launched.clear()
+            fn()
+            first = list(launched)
+            launched.clear()
+            fn()
+            assert first and len(launched) == len(first), name
+            # the inputs are the same tensors at both calls; outputs and workspaces are new ones
+            ids1 = {id(x) for _, _, a in first for x in a if isinstance(x, torch.Tensor)}
+            ids2 = {id(y) for _, _, a in launched for y in a if isinstance(y, torch.Tensor)}
+            for (k1, g1, a1), (k2, g2, a2) in zip(first, launched):
+                assert (k1, g1, len(a1)) == (k2, g2, len(a2)), name
+                for x, y in zip(a1, a2):
+                    if isinstance(x, torch.Tensor) and x is not y:  # both new: same kind
+                        assert isinstance(y, torch.Tensor) and id(x) not in ids2 and id(y) not in ids1, (name, k1)
+                        assert (x.shape, x.stride(), x.dtype) == (y.shape, y.stride(), y.dtype), (name, k1)
+                    elif not isinstance(x, torch.Tensor):
+                        assert type(x) is type(y) and x == y, (name, k1, x, y)
+        assert {r.kernel.fn.__name__ for r in recorders.values()} >= {
+            "_attention_kernel", "_combine_kernel", "_mla_kernel", "_cache_write_kernel", "_gather_cache_kernel",
+            "_merge_attn_states_kernel",
+        }
+    finally:
+        lowering._CHOICES.clear()
+
+
+def test_launcher_without_the_cached_path_is_launch(monkeypatch) -> None:
+    from triton.runtime.interpreter import InterpretedFunction
+
+    run = _launch.launcher(InterpretedFunction(_kernel_fn), (1,), **_CONSTANTS)
+    assert isinstance(run, _launch.functools.partial) and run.func is _launch._launch_with
+    monkeypatch.setattr(_launch, "_PROTOCOL_VERSIONS", (".".join(triton.__version__.split(".")[:2]),))
+    fast = _launch._fast_launcher(_jit())
+    fast.current_device, fast.current_stream = (lambda: 0), (lambda d: 0)
+    assert not isinstance(_launch.launcher(fast.kernel, (1,), **_CONSTANTS), _launch.functools.partial)
+    if not torch.cuda.is_available():  # no Triton driver: launch's path, not an error at plan time
+        run = _launch.launcher(_jit(), (1,), **_CONSTANTS)
+        assert isinstance(run, _launch.functools.partial) and run.func is _launch._launch_with
+
+
 def test_host_integer_helpers_match_triton() -> None:
     for n in range(-3, 3000):
         assert _launch.next_power_of_2(n) == triton.next_power_of_2(n)
@@ -381,11 +540,12 @@ def test_every_kernel_fast_equals_kernel_grid_cuda(dtype, monkeypatch) -> None:
         for name, fn in calls.items():
             monkeypatch.setenv("TORCH_PAGED_ATTN_FAST_LAUNCH", "0")
             expected = _results(fn)
-            monkeypatch.setenv("TORCH_PAGED_ATTN_FAST_LAUNCH", "check")
-            for _ in range(2):  # the first call fills the cache, the second launches from it
-                got = _results(fn)
-                for e, g in zip(expected, got):
-                    assert torch.equal(e.view(torch.uint8), g.view(torch.uint8)), (name, num_seqs, offset)
+            for mode in ("check", "1"):  # check: Triton confirms each cached binary; 1: as shipped
+                monkeypatch.setenv("TORCH_PAGED_ATTN_FAST_LAUNCH", mode)
+                for _ in range(2):  # the first call fills the cache, the second launches from it
+                    got = _results(fn)
+                    for e, g in zip(expected, got):
+                        assert torch.equal(e.view(torch.uint8), g.view(torch.uint8)), (name, mode, num_seqs, offset)
     launchers = _fast_launchers()
     unused = [name for name, fast in launchers.items() if fast is None or not fast.cache]
     assert not unused, f"kernels never launched through the cached launcher: {unused}"
@@ -398,8 +558,11 @@ def test_second_specialisation_compiles_its_own_binary_cuda(monkeypatch) -> None
     monkeypatch.setenv("TORCH_PAGED_ATTN_FAST_LAUNCH", "check")
     from torch_paged_attn.lowering.triton import merge
 
+    from torch_paged_attn import lowering
+
     fast = _launch._fast_launcher(merge._merge_attn_states_kernel)
     fast.cache.clear()
+    lowering._CHOICES.clear()  # the plans' own binaries too (``FastLauncher.constant_launch``)
     binaries = []
     for offset in (0, 1):  # 16-byte aligned inputs, then inputs one element off
         fn = _op_calls(torch.float32, offset, 16)["merge"]

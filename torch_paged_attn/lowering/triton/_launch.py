@@ -1,4 +1,11 @@
-"""One launch helper for every Triton kernel of the package, and host-side integer helpers.
+"""The launch helpers of every Triton kernel of the package, and host-side integer helpers.
+
+``launcher(kernel, grid, **constants)`` is what a plan (``lowering.plan``) keeps for each kernel it
+launches: every argument but the tensors is fixed when the plan is made, and each call passes the
+tensors alone, ``launcher(like, **tensors)``. On the cached path (below) the part of the cache key
+that the constants decide is not recomputed per call: a call costs the tensors' dtypes and
+alignments, one dictionary lookup and the binary's launcher. Elsewhere it is
+``launch(kernel, grid, like)(**tensors, **constants)``.
 
 ``launch(kernel, grid, like)`` is ``wrap_triton(kernel)[grid]`` whenever something may be
 tracing (torch.compile, fake or functional tensors, a dispatch mode on the stack): that is what
@@ -32,6 +39,7 @@ launched (tests and debugging; as slow as ``kernel[grid]``).
 from __future__ import annotations
 
 import functools
+import sys
 from typing import Any, Callable
 
 import torch
@@ -110,6 +118,7 @@ class FastLauncher:
         self.params = kernel.params
         self.launch: Callable | None = None  # the generated launcher: launch(grid, **arguments)
         self.key: Callable | None = None  # the generated key: key(**arguments) -> tuple | None
+        self._factories: dict[tuple, Callable] = {}  # constant_launch's generated code, by names
 
     # -- when the cached path may run --
 
@@ -166,12 +175,7 @@ class FastLauncher:
                 exprs.append(n)
                 scalars.append(n)
             elif value is None or isinstance(value, torch.Tensor):
-                # None -> constexpr None; tensor -> its dtype and, unless the parameter is
-                # do_not_specialize(_on_alignment), whether its address is a multiple of 16
-                # (flat, no inner tuple: 14 pointers cost 1.5 us instead of 3.7 us, 2-core CI)
-                exprs.append(f"None if {n} is None else {n}.dtype")
-                if not (p.do_not_specialize or p.do_not_specialize_on_alignment):
-                    exprs.append(f"None if {n} is None else {n}.data_ptr() & 15")
+                exprs.extend(_pointer_key(p))
             elif isinstance(value, (bool, float)):
                 scalars.append(n)  # u1 / fp32: the class is the whole specialisation
             elif isinstance(value, int):
@@ -223,6 +227,113 @@ def launch(_grid, {params}):
         self.key = namespace["key"]
         self.launch = namespace["launch"]
 
+    def constant_launch(self, grid, constants: dict[str, Any]) -> Callable:
+        """``launcher(kernel, grid, **constants)``: ``go(like, **tensors)``, taking every
+        parameter of the kernel that ``constants`` does not hold (tensors or None).
+
+        Where the cached path is open (``_cached_path_open(like)`` and ``idle``), ``go`` keys
+        binaries on ``(device, dtype and address % 16 of each tensor)`` in a cache of its own:
+        with the constants fixed, that determines this launcher's key (which only adds the
+        constants' classes and values and the launch options). A key not seen yet takes
+        ``bind(grid)`` (a hit of this launcher's cache, or ``kernel[grid]``), and the binary the
+        full key finds is then remembered under the short one; in check mode Triton is asked
+        at every cached launch which binary it would run, as ``bind(grid, check=True)`` does.
+        Elsewhere ``go`` is ``launch``.
+        The code is generated once per set of constant names (``_factories``); each ``go`` only
+        binds its values.
+        """
+        names = tuple(constants)
+        factory = self._factories.get(names)
+        if factory is None:
+            factory = self._make_factory(constants)
+            if factory is None:  # no active Triton driver (no GPU): nothing could take the cached path
+                return functools.partial(_launch_with, self.kernel, grid, constants)
+            self._factories[names] = factory
+        cache: dict[tuple, tuple] = {}
+
+        def miss(key: tuple | None, tensors: dict[str, Any]):
+            arguments = {**tensors, **constants}
+            compiled = self.bind(grid)(**arguments)
+            full = self._key(arguments)
+            entry = self.cache.get((self.current_device(), full)) if full is not None else None
+            if key is not None and entry is not None:
+                cache[key] = entry
+            return compiled
+
+        def elsewhere(like: torch.Tensor, tensors: dict[str, Any]):
+            return launch(self.kernel, grid, like)(**tensors, **constants)
+
+        def check(entry: tuple, tensors: dict[str, Any]) -> None:
+            chosen = self.kernel.run(grid=grid, warmup=True, **tensors, **constants)
+            if chosen is not entry[3]:
+                raise RuntimeError(
+                    f"fast launch of {self.kernel.fn.__name__}: the cached binary is not the one "
+                    f"Triton chooses for these arguments (constants {constants})"
+                )
+
+        g = (*grid, 1, 1)[:3]
+        return factory(g[0], g[1], g[2], tuple(constants.values()), cache, miss, elsewhere, check)
+
+    def _make_factory(self, constants: dict[str, Any]) -> Callable | None:
+        """The generated ``factory(g0, g1, g2, constant values, cache, miss, elsewhere, check) -> go`` of
+        ``constant_launch`` for these constant names (None without an active Triton driver). A
+        parameter with a default that ``constants`` does not name takes its default; the others
+        are ``go``'s tensors."""
+        if self.current_device is None:
+            from triton.runtime import driver
+
+            try:
+                active = driver.active
+                self.current_device, self.current_stream = active.get_current_device, active.get_current_stream
+            except RuntimeError:
+                return None
+        namespace: dict[str, Any] = {
+            "_current_device": self.current_device,
+            "_current_stream": self.current_stream,
+            "_module": sys.modules[__name__],  # _cached_path_open is looked up per call (tests swap it)
+            "_idle": self.idle,
+        }
+        tensors, exprs, arguments = [], [], []
+        for p in self.params:
+            if p.name in constants:
+                arguments.append(p.name)
+            elif p.has_default:
+                namespace[f"_default_{p.name}"] = p.default
+                arguments.append(f"_default_{p.name}")
+            else:
+                tensors.append(p.name)
+                exprs.extend(_pointer_key(p))
+                arguments.append(p.name)
+        unpack = "".join(f"{n}, " for n in constants)
+        by_name = "{" + "".join(f"{n!r}: {n}, " for n in tensors) + "}"
+        src = f"""
+def factory(_g0, _g1, _g2, _constants, _cache, _miss, _elsewhere, _check):
+    ({unpack}) = _constants
+
+    def go(_like, {", ".join(tensors)}):
+        _mode = _module._cached_path_open(_like)
+        if _mode is None or not _idle():
+            return _elsewhere(_like, {by_name})
+        try:
+            _device = _current_device()
+            _key = (_device, {"".join(f"{e}, " for e in exprs)})
+        except (AttributeError, TypeError):
+            _key = None
+        else:
+            _entry = _cache.get(_key)
+            if _entry is not None:
+                if _mode != "1":
+                    _check(_entry, {by_name})
+                _entry[0](_g0, _g1, _g2, _current_stream(_device), _entry[1], _entry[2], None, None, None,
+                          {"".join(f"{n}, " for n in arguments)})
+                return _entry[3]
+        return _miss(_key, {by_name})
+
+    return go
+"""
+        exec(src, namespace)
+        return namespace["factory"]
+
     def _first(self, grid, **kwargs):
         self._generate(kwargs)
         return self.launch(grid, **kwargs)
@@ -263,6 +374,49 @@ def launch(_grid, {params}):
                     f"Triton chooses for these arguments (key {key})"
                 )
         return self.launch(grid, **kwargs)
+
+
+def _pointer_key(p) -> list[str]:
+    """The key expressions of a pointer parameter ``p``: None -> constexpr None; a tensor -> its
+    dtype and, unless the parameter is do_not_specialize(_on_alignment), whether its address is a
+    multiple of 16 (flat, no inner tuple: 14 pointers cost 1.5 us instead of 3.7 us, 2-core CI)."""
+    n = p.name
+    exprs = [f"None if {n} is None else {n}.dtype"]
+    if not (p.do_not_specialize or p.do_not_specialize_on_alignment):
+        exprs.append(f"None if {n} is None else {n}.data_ptr() & 15")
+    return exprs
+
+
+def launcher(kernel, grid, **constants) -> Callable[..., Any]:
+    """The launch of ``kernel`` over ``grid`` with every argument but the tensors fixed
+    (``constants``: scalars, constexprs, None pointers and launch options, by keyword); call it
+    as ``launcher(like, **tensors)`` with every other parameter of the kernel. Same binaries and
+    results as ``launch(kernel, grid, like)(**tensors, **constants)``, which it is wherever Triton's
+    launch protocol is not implemented here (``FastLauncher.constant_launch`` otherwise)."""
+    fast = None if torch.compiler.is_compiling() else _fast_launcher(kernel)
+    if fast is None:
+        return functools.partial(_launch_with, kernel, grid, constants)
+    return fast.constant_launch(grid, constants)
+
+
+def _launch_with(kernel, grid, constants: dict[str, Any], like: torch.Tensor, **tensors):
+    return launch(kernel, grid, like)(**tensors, **constants)
+
+
+def _cached_path_open(like: torch.Tensor) -> str | None:
+    """The mode (``"1"`` or ``"check"``) in which a ``launcher`` call whose tensors look like
+    ``like`` takes the cached path, None where it may not, as ``launch`` decides: a plain CUDA
+    tensor, nothing tracing, no dispatch mode, ``TORCH_PAGED_ATTN_FAST_LAUNCH`` not ``0``.
+    Triton's own state is checked after (``idle``)."""
+    if (
+        type(like) is torch.Tensor
+        and like.is_cuda
+        and torch._C._len_torch_dispatch_stack() == 0
+        and not torch.compiler.is_compiling()
+    ):
+        mode = _MODE.get()
+        return None if mode == "0" else mode
+    return None
 
 
 def _hooked(hook) -> bool:

@@ -30,7 +30,7 @@ import triton.language as tl
 
 from torch import Tensor
 
-from ._launch import cdiv, launch, next_power_of_2
+from ._launch import cdiv, launcher, next_power_of_2
 
 _FLOAT = (torch.bfloat16, torch.float16, torch.float32)
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -297,7 +297,9 @@ def prepare_reshape_and_cache(
     block_r = _rows_per_tile(max(head_size, head_size_v))
     grid = (cdiv(num_tokens * num_heads, block_r),)
     sk, sv, skc, svc = key.stride(), value.stride(), key_cache.stride(), value_cache.stride()
-    constants = dict(
+    write = launcher(
+        _cache_write_kernel,
+        grid,
         num_tokens=num_tokens,
         num_slots=num_blocks * block_size,
         block_size=block_size,
@@ -325,7 +327,8 @@ def prepare_reshape_and_cache(
     )
 
     def run(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale, options):
-        launch(_cache_write_kernel, grid, key_cache)(
+        write(
+            key_cache,
             a_ptr=key,
             b_ptr=value,
             slot_mapping_ptr=slot_mapping,
@@ -333,7 +336,6 @@ def prepare_reshape_and_cache(
             b_cache_ptr=value_cache,
             a_scale_ptr=k_scale if fp8 else None,
             b_scale_ptr=v_scale if fp8 else None,
-            **constants,
         )
 
     return run
@@ -375,7 +377,9 @@ def prepare_concat_and_cache_mla(
     fp8 = kv_cache.dtype in _FP8
     block_r = _rows_per_tile(max(latent, rope))
     grid = (cdiv(num_tokens, block_r),)
-    constants = dict(
+    write = launcher(
+        _cache_write_kernel,
+        grid,
         b_cache_ptr=None,
         b_scale_ptr=None,
         num_tokens=num_tokens,
@@ -405,13 +409,13 @@ def prepare_concat_and_cache_mla(
     )
 
     def run(kv_c, k_pe, kv_cache, slot_mapping, scale, options):
-        launch(_cache_write_kernel, grid, kv_cache)(
+        write(
+            kv_cache,
             a_ptr=kv_c,
             b_ptr=k_pe,
             slot_mapping_ptr=slot_mapping,
             a_cache_ptr=kv_cache,
             a_scale_ptr=scale if fp8 else None,
-            **constants,
         )
 
     return run
@@ -540,7 +544,9 @@ def prepare_gather_cache(
     fp8 = kv_cache.dtype in _FP8
     block_r = _rows_per_tile(head_size)
     grid = (cdiv(num_out_rows * num_heads, block_r),)
-    constants = dict(
+    gather = launcher(
+        _gather_cache_kernel,
+        grid,
         num_out_rows=num_out_rows,
         num_seqs=num_seqs,
         max_blocks=max_blocks,
@@ -566,14 +572,14 @@ def prepare_gather_cache(
     )
 
     def run(kv_cache, block_table, cu_seq_lens, seq_starts, out, scale, options):
-        launch(_gather_cache_kernel, grid, out)(
+        gather(
+            out,
             kv_cache_ptr=kv_cache,
             block_table_ptr=block_table,
             cu_seq_lens_ptr=cu_seq_lens,
             seq_starts_ptr=seq_starts,
             out_ptr=out,
             scale_ptr=scale if fp8 else None,
-            **constants,
         )
 
     return run

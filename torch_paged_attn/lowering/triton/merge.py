@@ -30,7 +30,7 @@ import triton.language as tl
 
 from torch import Tensor
 
-from ._launch import cdiv, launch, next_power_of_2
+from ._launch import cdiv, launcher, next_power_of_2
 
 _FLOAT = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -147,7 +147,9 @@ def prepare_merge_attn_states(
         return _nothing
     block_d, block_r, grid = _tiles(head_size, num_rows)
     spo, spl, sso, ssl, so = prefix_out.stride(), prefix_lse.stride(), suffix_out.stride(), suffix_lse.stride(), out.stride()
-    constants = dict(
+    merge = launcher(
+        _merge_attn_states_kernel,
+        grid,
         num_rows=num_rows,
         stride_po_token=spo[0],
         stride_po_head=spo[1],
@@ -170,14 +172,14 @@ def prepare_merge_attn_states(
     )
 
     def run(prefix_out, prefix_lse, suffix_out, suffix_lse, out, lse, options):
-        launch(_merge_attn_states_kernel, grid, out)(
+        merge(
+            out,
             prefix_out_ptr=prefix_out,
             prefix_lse_ptr=prefix_lse,
             suffix_out_ptr=suffix_out,
             suffix_lse_ptr=suffix_lse,
             out_ptr=out,
             lse_ptr=lse,
-            **constants,
         )
 
     return run
@@ -272,7 +274,9 @@ def prepare_merge_attn_states_n(outs: Tensor, lses: Tensor, out: Tensor, lse: Te
     # the 2-way merge's tiles: N parts stream through one accumulator tile per program
     block_d, block_r, grid = _tiles(head_size, num_rows)
     sos, sls, so = outs.stride(), lses.stride(), out.stride()
-    constants = dict(
+    merge = launcher(
+        _merge_attn_states_n_kernel,
+        grid,
         num_parts=num_parts,
         num_rows=num_rows,
         stride_os_part=sos[0],
@@ -294,6 +298,6 @@ def prepare_merge_attn_states_n(outs: Tensor, lses: Tensor, out: Tensor, lse: Te
     )
 
     def run(outs, lses, out, lse, options):
-        launch(_merge_attn_states_n_kernel, grid, out)(outs_ptr=outs, lses_ptr=lses, out_ptr=out, lse_ptr=lse, **constants)
+        merge(out, outs_ptr=outs, lses_ptr=lses, out_ptr=out, lse_ptr=lse)
 
     return run

@@ -30,7 +30,7 @@ import triton.language as tl
 from torch import Tensor
 
 from ... import _config
-from ._launch import cdiv, launch, next_power_of_2
+from ._launch import cdiv, launcher, next_power_of_2
 from ._softmax import LOG2E, merge_partial, merged_to_output, softmax_step, state_to_partial
 from .paged_attention import (
     _INVARIANT_SPLIT_TOKENS,
@@ -385,7 +385,8 @@ def prepare_mla_decode(
     po_strides, pl_strides = workspace.po_strides, workspace.pl_strides
     grid = (num_q_blocks, num_head_groups, num_splits if write_partial else 1)
     # every launch argument but the tensors, decided once for all calls of this signature
-    mla_args = dict(
+    attention = launcher(
+        _mla_kernel, grid,
         scale=float(scale), unit=1.0,
         split_tokens=split_tokens, num_splits=num_splits, num_tokens=num_tokens, num_seqs=num_seqs,
         num_blocks=num_blocks, max_blocks=max_blocks,
@@ -411,7 +412,8 @@ def prepare_mla_decode(
     l_pad = _pad(latent)
     block_h = max(1, min(next_power_of_2(num_heads), 512 // l_pad))  # 4 x [block_h, L] in flight
     combine_grid = (num_tokens, cdiv(num_heads, block_h))
-    combine_args = dict(
+    combine = launcher(
+        _combine_kernel, combine_grid,
         split_tokens=split_tokens, long_split_tokens=split_tokens, long_from=_NO_SPLIT,
         num_splits=num_splits, num_tokens=num_tokens, num_seqs=num_seqs,
         num_heads=num_heads,
@@ -429,19 +431,17 @@ def prepare_mla_decode(
         part_out, part_lse = workspace.tensors(out)
         lse_t = lse if has_lse else out
         kv_scale = options["kv_scale"] if is_fp8 else q_latent
-        launch(_mla_kernel, grid, q_latent)(
-            q_latent_ptr=q_latent, q_rope_ptr=q_rope, kv_cache_ptr=kv_cache,
+        attention(
+            q_latent, q_latent_ptr=q_latent, q_rope_ptr=q_rope, kv_cache_ptr=kv_cache,
             block_table_ptr=block_table, seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc,
             out_ptr=out, lse_ptr=lse_t, kv_scale_ptr=kv_scale, part_out_ptr=part_out, part_lse_ptr=part_lse,
-            **mla_args,
         )
         if not write_partial:
             return
-        launch(_combine_kernel, combine_grid, q_latent)(
-            part_out_ptr=part_out, part_lse_ptr=part_lse, seq_lens_ptr=seq_lens,
+        combine(
+            q_latent, part_out_ptr=part_out, part_lse_ptr=part_lse, seq_lens_ptr=seq_lens,
             query_start_loc_ptr=query_start_loc, sinks_ptr=q_latent, v_scale_ptr=kv_scale,
             out_ptr=out, lse_ptr=lse_t,
-            **combine_args,
         )
 
     return run

@@ -32,7 +32,7 @@ import triton.language as tl
 from torch import Tensor
 
 from ... import _config
-from ._launch import cdiv, contiguous_strides, launch, next_power_of_2
+from ._launch import cdiv, contiguous_strides, launcher, next_power_of_2
 from ._softmax import LOG2E, merge_partial, merged_to_output, softmax_step, state_to_partial
 
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -683,7 +683,8 @@ def prepare_paged_attention(
     grid = (num_q_blocks, num_kv_heads * num_head_groups, num_splits if write_partial else 1)
     po_strides, pl_strides = workspace.po_strides, workspace.pl_strides
     # every launch argument but the tensors, decided once for all calls of this signature
-    attention_args = dict(
+    attention = launcher(
+        _attention_kernel, grid,
         scale=float(scale), softcap=float(softcap), unit=1.0,
         window_left=window_left if window_left >= 0 else unbounded,
         window_right=window_right if window_right >= 0 else unbounded,
@@ -714,7 +715,8 @@ def prepare_paged_attention(
     )
     block_h = max(1, min(next_power_of_2(num_heads), 512 // dv_pad))  # 4 x [block_h, Dv] in flight
     combine_grid = (num_tokens, cdiv(num_heads, block_h))
-    combine_args = dict(
+    combine = launcher(
+        _combine_kernel, combine_grid,
         split_tokens=split_tokens, long_split_tokens=long_split_tokens, long_from=long_from,
         num_splits=num_splits, num_tokens=num_tokens, num_seqs=num_seqs,
         num_heads=num_heads,
@@ -735,21 +737,19 @@ def prepare_paged_attention(
         sinks = sinks if sinks is not None else query
         alibi_slopes = options["alibi_slopes"]
         v_scale = options["v_scale"] if is_fp8 else query
-        launch(_attention_kernel, grid, query)(
-            query_ptr=query, key_cache_ptr=key_cache, value_cache_ptr=value_cache,
+        attention(
+            query, query_ptr=query, key_cache_ptr=key_cache, value_cache_ptr=value_cache,
             block_table_ptr=block_table, seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc,
             out_ptr=out, lse_ptr=lse_t,
             alibi_slopes_ptr=alibi_slopes if alibi_slopes is not None else query, sinks_ptr=sinks,
             k_scale_ptr=options["k_scale"] if is_fp8 else query, v_scale_ptr=v_scale,
             part_out_ptr=part_out, part_lse_ptr=part_lse,
-            **attention_args,
         )
         if not write_partial:
             return
-        launch(_combine_kernel, combine_grid, query)(
-            part_out_ptr=part_out, part_lse_ptr=part_lse, seq_lens_ptr=seq_lens,
+        combine(
+            query, part_out_ptr=part_out, part_lse_ptr=part_lse, seq_lens_ptr=seq_lens,
             query_start_loc_ptr=query_start_loc, sinks_ptr=sinks, v_scale_ptr=v_scale, out_ptr=out, lse_ptr=lse_t,
-            **combine_args,
         )
 
     return run
