@@ -4,8 +4,8 @@
 launches: every argument but the tensors is fixed when the plan is made, and each call passes the
 tensors alone, ``launcher(like, **tensors)``. On the cached path (below) the part of the cache key
 that the constants decide is not recomputed per call: a call costs the tensors' dtypes and
-alignments, one dictionary lookup and the binary's launcher. Elsewhere it is
-``launch(kernel, grid, like)(**tensors, **constants)``.
+addresses, one dictionary lookup and the binary's launcher, which gets the addresses (no driver
+query per pointer). Elsewhere it is ``launch(kernel, grid, like)(**tensors, **constants)``.
 
 ``launch(kernel, grid, like)`` is ``wrap_triton(kernel)[grid]`` whenever something may be
 tracing (torch.compile, fake or functional tensors, a dispatch mode on the stack): that is what
@@ -239,8 +239,14 @@ def launch(_grid, {params}):
         full key finds is then remembered under the short one; in check mode Triton is asked
         at every cached launch which binary it would run, as ``bind(grid, check=True)`` does.
         Elsewhere ``go`` is ``launch``.
-        The code is generated once per set of constant names (``_factories``); each ``go`` only
-        binds its values.
+
+        A cached launch passes each tensor as its address (``data_ptr()``, read once for the key
+        and the launch), which the C launcher takes as it is: given a tensor it would call
+        ``data_ptr()`` again and ask the driver to translate the address
+        (``cuPointerGetAttribute``), a check that the tensor is on a GPU. The caller guarantees
+        that: every tensor of a call is on the device of ``like`` (the ops validate the devices of
+        a call signature before they plan it). The code is generated once per set of constant
+        names (``_factories``); each ``go`` only binds its values.
         """
         names = tuple(constants)
         factory = self._factories.get(names)
@@ -302,8 +308,9 @@ def launch(_grid, {params}):
                 arguments.append(f"_default_{p.name}")
             else:
                 tensors.append(p.name)
-                exprs.extend(_pointer_key(p))
-                arguments.append(p.name)
+                exprs.extend(_pointer_key(p, address=f"_p_{p.name}"))
+                arguments.append(f"_p_{p.name}")
+        addresses = "".join(f"_p_{n} = None if {n} is None else {n}.data_ptr()\n            " for n in tensors)
         unpack = "".join(f"{n}, " for n in constants)
         by_name = "{" + "".join(f"{n!r}: {n}, " for n in tensors) + "}"
         src = f"""
@@ -315,7 +322,7 @@ def factory(_g0, _g1, _g2, _constants, _cache, _miss, _elsewhere, _check):
         if _mode is None or not _idle():
             return _elsewhere(_like, {by_name})
         try:
-            _device = _current_device()
+            {addresses}_device = _current_device()
             _key = (_device, {"".join(f"{e}, " for e in exprs)})
         except (AttributeError, TypeError):
             _key = None
@@ -376,14 +383,16 @@ def factory(_g0, _g1, _g2, _constants, _cache, _miss, _elsewhere, _check):
         return self.launch(grid, **kwargs)
 
 
-def _pointer_key(p) -> list[str]:
+def _pointer_key(p, address: str | None = None) -> list[str]:
     """The key expressions of a pointer parameter ``p``: None -> constexpr None; a tensor -> its
     dtype and, unless the parameter is do_not_specialize(_on_alignment), whether its address is a
-    multiple of 16 (flat, no inner tuple: 14 pointers cost 1.5 us instead of 3.7 us, 2-core CI)."""
+    multiple of 16 (flat, no inner tuple: 14 pointers cost 1.5 us instead of 3.7 us, 2-core CI).
+    ``address``: the name of a variable already holding the address (None for None)."""
     n = p.name
     exprs = [f"None if {n} is None else {n}.dtype"]
     if not (p.do_not_specialize or p.do_not_specialize_on_alignment):
-        exprs.append(f"None if {n} is None else {n}.data_ptr() & 15")
+        exprs.append(f"None if {n} is None else {n}.data_ptr() & 15" if address is None
+                     else f"None if {address} is None else {address} & 15")
     return exprs
 
 
