@@ -15,7 +15,8 @@
 #   memcheck     compute-sanitizer over the planted-bad-table tests         [~3 min]
 #   attention    benchmarks/paged_attention.py, then the plot               [~5 min]
 #   other        overhead.py, mla_decode.py, decode_step.py --layers 2 16 --batch 1 8 [~8 min]
-#   sweeps-a sweeps-b   tune.py tile sweeps: fp8 decode (attention, MLA); prefill, chunked prefill,
+#   sweeps-a sweeps-b   tune.py tile sweeps: MLA MTP (both score orientations), fp8 decode (attention,
+#                MLA); prefill, chunked prefill,
 #                MLA H128 (not in the default list: run them after a kernel change)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -74,7 +75,7 @@ for part in "${parts[@]}"; do
         python3 benchmarks/decode_step.py --layers 2 16 --batch 1 8 --out "$out" 2>"$out/decode-step-progress.log" \
           | tee "$out/decode_step.txt" ;;
     sweeps-a | sweeps-b)
-        sweeps=attn_fp8,mla_fp8
+        sweeps=mla_mtp,attn_fp8,mla_fp8
         [ "$part" = sweeps-b ] && sweeps=attn_prefill,attn_chunked,mla_h128
         echo "== benchmarks/tune.py --sweeps $sweeps =="
         python3 benchmarks/tune.py --sweeps "$sweeps" --out "$out" 2>"$out/$part-progress.log" | tee "$out/$part.txt" ;;

@@ -219,6 +219,29 @@ def test_mla_interpreted(case: Case) -> None:
     check_case(case, "cpu")
 
 
+@interpreter_tier
+@pytest.mark.parametrize("scores_t", [False, True], ids=["rows_x_keys", "keys_x_rows"])
+def test_score_orientation_interpreted(scores_t: bool, monkeypatch) -> None:
+    """Both forms of the score dots (SCORES_T: computed as keys x rows and transposed), whatever
+    the tile table holds: speculative blocks (causal), non-causal, splits, an fp8 cache."""
+    for table in (tmla._CONFIGS, tmla._FP8_CONFIGS):
+        for block_m, config in list(table.items()):
+            monkeypatch.setitem(table, block_m, (*config[:4], scores_t))
+    launched = []
+    launcher = tmla.launcher
+
+    def recording(kernel, grid, **constants):
+        launched.append(constants.get("SCORES_T"))
+        return launcher(kernel, grid, **constants)
+
+    monkeypatch.setattr(tmla, "launcher", recording)
+    for case in (Case((2, 3, 1), (129, 65, 3), num_heads=8, hint=True),
+                 Case((3, 2), (40, 70), causal=False, num_heads=16, latent=64),
+                 Case((2, 2, 1), (150, 9, 200), cache_dtype=E4M3, num_heads=16, split_tokens=64, hint=True)):
+        check_case(case, "cpu")
+    assert scores_t in launched
+
+
 def check_bad_block_ids(device: str, case: Case) -> None:
     """Ids outside [0, NB) in the used part of the table: those keys are not visible, never read."""
     b = make_batch(case, device, seed=11)

@@ -71,10 +71,17 @@ _QUERY_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 #   unexplained; the two [32, 256] float32 accumulators alone take 128 registers a thread at 4 warps.
 # BLOCK_M 16 on B32 x 8192 H16, same H100 run: (64, 4, 2, 2) 84.8, (32, 4, 3, 2) 84.3, (64, 4, 2,
 #   4) 77.2; more splits (4-8 programs per SM) only add partial-state traffic.
+# The fifth entry, SCORES_T: the score dots computed as keys x rows ([TILE_N, BLOCK_M]) and
+# transposed. For chained dots Triton 3.6 puts every warp along M when M >= N (sm_90, mma.sync):
+# a [32, 32] score tile on 4 warps is then computed twice (warps [4, 1], 16 rows each). Transposed,
+# the score dots take the value dots' warps ([1, 4]): MTP B64 x 4096 H16, sm_90, Triton 3.6
+# (benchmarks/sass_report.py): 208 -> 136 mma.sync, 3200 -> 2960 instructions per program, the
+# same 255 registers, 8-byte stack and shared memory. Not yet timed on a GPU. With wgmma (H128)
+# it spills (24 -> 208-byte stack), and [16, TILE_N >= 32] tiles put the warps along N already.
 _CONFIGS = {
-    16: (64, 4, 2, 2),
-    32: (32, 4, 3, 2),
-    64: (64, 8, 2, 1),
+    16: (64, 4, 2, 2, False),
+    32: (32, 4, 3, 2, True),
+    64: (64, 8, 2, 1, False),
 }
 # fp8 caches (bf16 queries, fp16 dots), BLOCK_M 16, B128 x 4096 H16, H200, before the latent tiles
 # were converted in their load layout (``_fp8_to_fp16``): (32, 4, 3, 4) 26.5 % of copy, (64, 4, 2,
@@ -83,7 +90,7 @@ _CONFIGS = {
 # 56-byte stack on sm_90). Converted in place, the fp16 tile is staged in shared memory: (32, 4, 3)
 # needs 118 KiB (one program per SM where 4 were planned), (32, 4, 2) 100 KiB and 224 registers,
 # two programs per SM; not yet measured (``tune.py --sweeps mla_fp8``).
-_FP8_CONFIGS = {**_CONFIGS, 16: (32, 4, 2, 2)}
+_FP8_CONFIGS = {**_CONFIGS, 16: (32, 4, 2, 2, False)}
 # Heads one program holds (the M dimension of the dots is at most 64 rows).
 _MAX_HEADS_PER_PROGRAM = 64
 _MAX_BLOCK_M = 64
@@ -140,6 +147,7 @@ def _mla_kernel(
     DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
     MERGE_GROUP: tl.constexpr,  # splits the combine kernel loads at once
     ONE_SPLIT: tl.constexpr,  # at most one split, merged in the program (no workspace)
+    SCORES_T: tl.constexpr,  # the score dots as keys x rows, transposed after
 ):
     tl.static_assert(BLOCK_M >= 16 and TILE_N >= 16 and L_HALF >= 16 and R_PAD >= 16)
     tl.static_assert(L_HALF < LATENT and LATENT <= 2 * L_HALF)  # the first half is all latent
@@ -270,9 +278,14 @@ def _mla_kernel(
             c_lo, c_hi, k_pe = c_lo.to(q_lo.dtype), c_hi.to(q_lo.dtype), k_pe.to(q_lo.dtype)
 
             # -- scores (log2 domain): [BLOCK_M, TILE_N] --
-            s = _dot(q_lo, tl.trans(c_lo), None, DOT_PRECISION, DOT_UPCAST)
-            s = _dot(q_hi, tl.trans(c_hi), s, DOT_PRECISION, DOT_UPCAST)
-            s = _dot(q_rope, tl.trans(k_pe), s, DOT_PRECISION, DOT_UPCAST) * qk_scale
+            if SCORES_T:
+                s = _dot(c_lo, tl.trans(q_lo), None, DOT_PRECISION, DOT_UPCAST)
+                s = _dot(c_hi, tl.trans(q_hi), s, DOT_PRECISION, DOT_UPCAST)
+                s = tl.trans(_dot(k_pe, tl.trans(q_rope), s, DOT_PRECISION, DOT_UPCAST)) * qk_scale
+            else:
+                s = _dot(q_lo, tl.trans(c_lo), None, DOT_PRECISION, DOT_UPCAST)
+                s = _dot(q_hi, tl.trans(c_hi), s, DOT_PRECISION, DOT_UPCAST)
+                s = _dot(q_rope, tl.trans(k_pe), s, DOT_PRECISION, DOT_UPCAST) * qk_scale
             if CAUSAL:  # position masks only on tiles some row of the block sees in part
                 if start + TILE_N > full_hi:
                     s = tl.where(offs_n[None, :] <= pos[:, None], s, float("-inf"))
@@ -370,7 +383,7 @@ def prepare_mla_decode(
     block_m = max(16, next_power_of_2(heads * block_q))
     block_q = block_m // heads if block_q > 1 else 1
     is_fp8 = kv_cache.dtype in _FP8
-    tile_n, num_warps, num_stages, programs_per_sm = (_FP8_CONFIGS if is_fp8 else _CONFIGS)[block_m]
+    tile_n, num_warps, num_stages, programs_per_sm, scores_t = (_FP8_CONFIGS if is_fp8 else _CONFIGS)[block_m]
     num_q_blocks = num_tokens // block_q + num_seqs + 1
     busy_q_blocks = _busy_q_blocks(num_tokens, num_seqs, block_q, max_query_len)
     split_tokens, num_splits, write_partial = _plan_splits(
@@ -407,6 +420,7 @@ def prepare_mla_decode(
         DOT_UPCAST=q_latent.dtype == torch.bfloat16 and _interpreted(),
         MERGE_GROUP=1 if split_tokens == _NO_SPLIT else _MERGE_GROUP,
         ONE_SPLIT=split_tokens == _NO_SPLIT and not write_partial,
+        SCORES_T=scores_t,
         num_warps=num_warps, num_stages=num_stages,
     )
     l_pad = _pad(latent)
