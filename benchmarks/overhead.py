@@ -114,14 +114,7 @@ def null_launch():
         return fast
 
     def open_on_any_device(like) -> str | None:  # _launch._cached_path_open without its CUDA test
-        if (
-            type(like) is torch.Tensor
-            and torch._C._len_torch_dispatch_stack() == 0
-            and not torch.compiler.is_compiling()
-        ):
-            mode = _launch._MODE.get()
-            return None if mode == "0" else mode
-        return None
+        return _launch._untraced_mode() if type(like) is torch.Tensor else None
 
     saved = lowering._choose, _launch._fast_launcher, _launch._cached_path_open
     lowering._choose = lambda op, facts: saved[0](op, {**facts, "device": "cuda"})

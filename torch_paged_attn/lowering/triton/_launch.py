@@ -266,9 +266,6 @@ def launch(_grid, {params}):
                 cache[key] = entry
             return compiled
 
-        def elsewhere(like: torch.Tensor, tensors: dict[str, Any]):
-            return launch(self.kernel, grid, like)(**tensors, **constants)
-
         def check(entry: tuple, tensors: dict[str, Any]) -> None:
             chosen = self.kernel.run(grid=grid, warmup=True, **tensors, **constants)
             if chosen is not entry[3]:
@@ -278,6 +275,7 @@ def launch(_grid, {params}):
                 )
 
         g = (*grid, 1, 1)[:3]
+        elsewhere = functools.partial(_launch_with, self.kernel, grid, constants)
         return factory(g[0], g[1], g[2], tuple(constants.values()), cache, miss, elsewhere, check)
 
     def _make_factory(self, constants: dict[str, Any]) -> Callable | None:
@@ -313,6 +311,7 @@ def launch(_grid, {params}):
         addresses = "".join(f"_p_{n} = None if {n} is None else {n}.data_ptr()\n            " for n in tensors)
         unpack = "".join(f"{n}, " for n in constants)
         by_name = "{" + "".join(f"{n!r}: {n}, " for n in tensors) + "}"
+        by_keyword = "".join(f"{n}={n}, " for n in tensors)
         src = f"""
 def factory(_g0, _g1, _g2, _constants, _cache, _miss, _elsewhere, _check):
     ({unpack}) = _constants
@@ -320,7 +319,7 @@ def factory(_g0, _g1, _g2, _constants, _cache, _miss, _elsewhere, _check):
     def go(_like, {", ".join(tensors)}):
         _mode = _module._cached_path_open(_like)
         if _mode is None or not _idle():
-            return _elsewhere(_like, {by_name})
+            return _elsewhere(_like, {by_keyword})
         try:
             {addresses}_device = _current_device()
             _key = (_device, {"".join(f"{e}, " for e in exprs)})
@@ -415,14 +414,14 @@ def _launch_with(kernel, grid, constants: dict[str, Any], like: torch.Tensor, **
 def _cached_path_open(like: torch.Tensor) -> str | None:
     """The mode (``"1"`` or ``"check"``) in which a ``launcher`` call whose tensors look like
     ``like`` takes the cached path, None where it may not, as ``launch`` decides: a plain CUDA
-    tensor, nothing tracing, no dispatch mode, ``TORCH_PAGED_ATTN_FAST_LAUNCH`` not ``0``.
-    Triton's own state is checked after (``idle``)."""
-    if (
-        type(like) is torch.Tensor
-        and like.is_cuda
-        and torch._C._len_torch_dispatch_stack() == 0
-        and not torch.compiler.is_compiling()
-    ):
+    tensor (``_untraced_mode`` for the rest). Triton's own state is checked after (``idle``)."""
+    return _untraced_mode() if type(like) is torch.Tensor and like.is_cuda else None
+
+
+def _untraced_mode() -> str | None:
+    """``TORCH_PAGED_ATTN_FAST_LAUNCH`` (None for ``0``) while nothing traces: no dispatch mode on
+    the stack, not compiling."""
+    if torch._C._len_torch_dispatch_stack() == 0 and not torch.compiler.is_compiling():
         mode = _MODE.get()
         return None if mode == "0" else mode
     return None
