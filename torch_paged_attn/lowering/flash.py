@@ -271,10 +271,10 @@ def _fa4_forward() -> Any:
 
 def _fa4_out_ok(out: Tensor) -> bool:
     """Whether FA4 writes into ``out`` as it is (its ``validate_output_layout``: contiguous last
-    dimension, 16-byte aligned address and strides, no broadcast)."""
-    size = out.element_size()
-    return (out.stride(-1) == 1 and out.data_ptr() % 16 == 0
-            and all(st != 0 and st * size % 16 == 0 for st in out.stride()[:-1]))
+    dimension, address and strides aligned to 16 bytes, 32 for a head size of 512, no broadcast)."""
+    size, align = out.element_size(), 32 if out.shape[-1] == 512 else 16
+    return (out.stride(-1) == 1 and out.data_ptr() % align == 0
+            and all(st != 0 and st * size % align == 0 for st in out.stride()[:-1]))
 
 
 def _call(adapter: str, q, k, v, block_table, seq_lens, query_start_loc, qv, out, *, scale, causal,
@@ -288,6 +288,7 @@ def _call(adapter: str, q, k, v, block_table, seq_lens, query_start_loc, qv, out
         left = window_left if window_left >= 0 else None
         right = window_right if window_right >= 0 and not causal else None
         forward = _fa4_forward()
+        query_start_loc = query_start_loc.contiguous()  # FA4 asserts it (1-D: any stride passes validation)
         if forward is not None and _fa4_out_ok(out):
             o, lse = forward(q, k, v, qv=qv, cu_seqlens_q=query_start_loc, max_seqlen_q=max_q, seqused_k=seq_lens,
                              page_table=block_table, softmax_scale=scale, causal=causal, window_size_left=left,
