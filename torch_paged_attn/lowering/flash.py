@@ -486,30 +486,51 @@ def paged_attention(
     query: Tensor, key_cache: Tensor, value_cache: Tensor,
     block_table: Tensor, seq_lens: Tensor, query_start_loc: Tensor,
     out: Tensor, lse: Tensor | None,
+    **options,
+) -> None:
+    """Paged attention on FlashAttention into ``out`` / ``lse``; semantics of the contract."""
+    args = (query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, lse)
+    prepare_paged_attention(*args, **options)(*args, options)
+
+
+def prepare_paged_attention(
+    query: Tensor, key_cache: Tensor, value_cache: Tensor,
+    block_table: Tensor, seq_lens: Tensor, query_start_loc: Tensor,
+    out: Tensor, lse: Tensor | None,
     *,
     scale: float, causal: bool, window_left: int, window_right: int, softcap: float,
     alibi_slopes: Tensor | None, sinks: Tensor | None, k_scale: Tensor | None, v_scale: Tensor | None,
     attention_chunk_size: int, max_query_len: int = -1,
-) -> None:
-    """Paged attention on FlashAttention into ``out`` / ``lse``; semantics of the contract."""
-    num_tokens, num_heads, _ = query.shape
+):
+    """The runner of calls of this signature (``lowering.plan``): the adapter and the option
+    values are decided once; a call passes its tensors to the private op."""
+    if query.shape[0] == 0:
+        return _nothing
+    if block_table.shape[0] == 0:  # no sequence: every row is padding
+        return _all_padding
     options = dict(scale=scale, causal=causal, window_left=window_left, window_right=window_right,
                    softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
                    attention_chunk_size=attention_chunk_size, max_query_len=max_query_len)
-    if num_tokens == 0:
-        return
-    if block_table.shape[0] == 0:  # no sequence: every row is padding
-        out.zero_()
-        if lse is not None:
-            lse.fill_(float("-inf"))
-        return
     adapter = _adapter("paged_attention", paged_facts(query, key_cache, value_cache, options, lse is not None),
                        query.device)
-    _run_op(
-        adapter, query, key_cache, value_cache, block_table, seq_lens, query_start_loc, None, out, lse,
-        float(scale), bool(causal), int(window_left), int(window_right), float(softcap), alibi_slopes, sinks,
-        int(max_query_len),
-    )
+    fixed = (float(scale), bool(causal), int(window_left), int(window_right), float(softcap))
+    bound = int(max_query_len)
+
+    def run(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, lse, options):
+        _run_op(adapter, query, key_cache, value_cache, block_table, seq_lens, query_start_loc, None, out, lse,
+                *fixed, options["alibi_slopes"], options["sinks"], bound)
+
+    return run
+
+
+def _nothing(*args) -> None:
+    return None
+
+
+def _all_padding(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, lse, options):
+    out.zero_()
+    if lse is not None:
+        lse.fill_(float("-inf"))
 
 
 def mla_decode(
