@@ -31,7 +31,6 @@ from torch_paged_attn.testing import assert_close, make_paged_batch
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-_INTERPRET_ON = _INTERPRET
 
 
 @pytest.fixture(autouse=True)
@@ -527,7 +526,7 @@ def test_fa4_out_views_written_in_place(layout, monkeypatch):
     assert bool(wide[:, 128:].isnan().all())  # columns outside the view untouched
 
 
-@pytest.mark.skipif(not _INTERPRET_ON, reason="the Triton kernels on CPU need TRITON_INTERPRET=1")
+@pytest.mark.skipif(not _INTERPRET, reason="the Triton kernels on CPU need TRITON_INTERPRET=1")
 def test_flash_kernels_against_torch():
     """``flash_kernels`` (interpreted): the guarded lengths and the finished rows equal their
     plain-torch definitions; real rows of ``out`` are not written (they stay NaN)."""

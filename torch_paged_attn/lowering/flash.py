@@ -3,9 +3,11 @@ FlashAttention package that is installed, imported inside functions.
 
 Adapters, tried in this order (the first installed one that supports the call runs it):
 
-    fa4  flash_attn.cute.flash_attn_varlen_func(q, k, v, cu_seqlens_q, seqused_k, page_table,
-         softmax_scale, causal, window_size, learnable_sink, softcap, return_lse, qv)
-         (flash-attn-4 4.0.0b36; SM90 and SM100/110; paged KV is not supported on SM80/SM120)
+    fa4  flash_attn.cute.interface._flash_attn_fwd(q, k, v, qv, cu_seqlens_q, seqused_k, page_table,
+         softmax_scale, causal, window_size_left/right, learnable_sink, softcap, return_lse, out)
+         (what flash_attn.cute.flash_attn_varlen_func calls, with an output tensor; the public
+         function where that is missing; flash-attn-4 4.0.0b36; SM90 and SM100/110; paged KV is
+         not supported on SM80/SM120)
     fa3  flash_attn_interface.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens,
          page_table, cu_seqlens_q, max_seqlen_q, softmax_scale, causal, window_size, softcap,
          return_softmax_lse)                                         (FlashAttention-3, SM90)
