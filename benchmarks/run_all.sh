@@ -16,7 +16,8 @@
 #   attention    benchmarks/paged_attention.py (every contender, FlashInfer included, CUDA-graph and
 #                eager timing), then the plot [~5 min before FlashInfer and eager rows; not yet
 #                timed since: FlashInfer's first JIT compilation adds minutes, cached after]
-#   other        overhead.py (FlashInfer run() rows when it imports), mla_decode.py,
+#   other        overhead.py (FlashInfer run() rows when it imports; then --null-launch: the
+#                package's host code alone), mla_decode.py,
 #                decode_step.py --layers 2 16 --batch 1 8 [~8 min]
 #   sweeps-a sweeps-b   tune.py tile sweeps: MLA MTP (both score orientations), fp8 decode (attention,
 #                MLA); prefill, chunked prefill,
@@ -74,6 +75,7 @@ for part in "${parts[@]}"; do
     other)
         echo "== benchmarks: overhead, MLA decode, decode step =="
         python3 benchmarks/overhead.py --out "$out" 2>&1 | tee "$out/overhead.txt"
+        python3 benchmarks/overhead.py --null-launch --out "$out" 2>&1 | tee "$out/overhead-null-launch.txt"
         python3 benchmarks/mla_decode.py --out "$out" 2>"$out/mla-progress.log" | tee "$out/mla_decode.txt"
         python3 benchmarks/decode_step.py --layers 2 16 --batch 1 8 --out "$out" 2>"$out/decode-step-progress.log" \
           | tee "$out/decode_step.txt" ;;
