@@ -16,7 +16,9 @@ from ._checks import (
     Checker,
     arg_types,
     check_arg_types,
+    FAR,
     check_batch,
+    check_positions,
     debug_check_batch,
     debug_checks_enabled,
     signature,
@@ -41,6 +43,7 @@ def _check_paged_attention(
     c.tensor("query", query, dim=3, dtypes=FLOAT_DTYPES)
     num_tokens, num_heads, head_size = query.shape
     c.tensor("key_cache", key_cache, dim=4, dtypes=CACHE_DTYPES)
+    c.cache_blocks("key_cache", key_cache)
     num_blocks, block_size, num_kv_heads, key_head_size = key_cache.shape
     c.tensor("value_cache", value_cache, dim=4, dtypes=CACHE_DTYPES)
     c.same_dtype("value_cache", value_cache, "key_cache", key_cache)
@@ -62,7 +65,8 @@ def _check_paged_attention(
             f"a number of kv heads that divides the {num_heads} query heads",
             f"{num_kv_heads} kv heads",
         )
-    check_batch(c, block_table, seq_lens, query_start_loc)
+    _, max_blocks = check_batch(c, block_table, seq_lens, query_start_loc)
+    check_positions(c, num_tokens, max_blocks, block_size, "query")
     if options["alibi_slopes"] is not None:
         c.tensor("alibi_slopes", options["alibi_slopes"], shape=(num_heads,), dtypes=(torch.float32,))
     if options["sinks"] is not None:
@@ -115,7 +119,19 @@ def _block_row_major(cache: Tensor) -> bool:
 
 def _options(scale, causal, window_left, window_right, softcap, alibi_slopes, sinks, k_scale, v_scale,
              attention_chunk_size, max_query_len) -> dict:
-    """The keyword options of one call, by name, as the backends take them."""
+    """The keyword options of one call, by name, as the backends take them.
+
+    Integer options at or past ``FAR`` (2^29; ``2**31 - 1`` is a common "no limit") reach past
+    every position of a valid call (at most 2^28 tokens and key positions, validated), so they
+    become the value that means the same and that no backend's int32 arithmetic overflows on: a
+    window side unbounded (-1), a chunk size ``FAR`` (chunk 0 for positions >= 0, chunk -1 for
+    negative ones, as any larger size), a query-length hint none (-1). One comparison each on
+    the common path."""
+    if window_left >= FAR or window_right >= FAR or attention_chunk_size >= FAR or max_query_len >= FAR:
+        window_left = -1 if window_left >= FAR else window_left
+        window_right = -1 if window_right >= FAR else window_right
+        attention_chunk_size = min(attention_chunk_size, FAR)
+        max_query_len = -1 if max_query_len >= FAR else max_query_len
     return {
         "scale": scale,
         "causal": causal,
