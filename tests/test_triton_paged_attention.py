@@ -659,6 +659,33 @@ def test_integer_option_extremes_public_op_cuda(backend: str) -> None:
 
 
 @gpu_tier
+@pytest.mark.parametrize("backend", ["triton", "flash"])
+def test_strided_caches_bitwise_public_op_cuda(backend: str) -> None:
+    """Through the public op: a cross-layer slice gives the contiguous cache's bits on the same
+    backend (FlashAttention reads it with its block stride). An HND view, which FlashAttention
+    declines, runs on Triton: its bits are those of the contiguous cache on Triton."""
+    if backend == "flash":
+        from torch_paged_attn.lowering import flash
+
+        if flash.available() is not None:
+            pytest.skip(f"no FlashAttention: {flash.available()}")
+    case = Case((1, 64, 1, 0, 5, 130), (1000, 300, 17, 0, 5, 333), num_heads=8, num_kv_heads=2, head_size=128,
+                sinks=backend == "flash")
+    batch, options = make_inputs(case, "cuda", seed=29)
+    options.pop("k_scale"), options.pop("v_scale")
+    with _config.backend(backend):
+        want = torch_paged_attn.paged_attention(*batch.args(), **options, return_lse=True)
+    with _config.backend("triton"):
+        want_triton = torch_paged_attn.paged_attention(*batch.args(), **options, return_lse=True)
+    contiguous = batch.key_cache, batch.value_cache
+    for layout, expected in (("cross_layer", want), ("hnd", want_triton)):
+        batch.key_cache, batch.value_cache = (_strided_cache(c, layout) for c in contiguous)
+        with _config.backend(backend):
+            out, lse = torch_paged_attn.paged_attention(*batch.args(), **options, return_lse=True)
+        assert torch.equal(out, expected[0]) and torch.equal(lse, expected[1]), layout
+
+
+@gpu_tier
 def test_bad_block_ids_cuda() -> None:
     check_bad_block_ids("cuda")
 

@@ -635,12 +635,12 @@ BAD = [
     ),
     Bad(
         "rc_value_cache_block_stride_half_a_block", RC, _reshape,
-        lambda a: {"value_cache": a["value_cache"].reshape(-1).as_strided((6, BS, HKV, D), (BS * HKV * D // 2, HKV * D, D, 1))},
+        lambda a: {"value_cache": a["value_cache"].as_strided((6, BS, HKV, D), (BS * HKV * D // 2, HKV * D, D, 1))},
         V, "value_cache", "a block stride that holds a block", "strides (512, 64, 32, 1)",
     ),
     Bad(
         "rc_key_cache_heads_overlap", RC, _reshape,
-        lambda a: {"key_cache": a["key_cache"].reshape(-1).as_strided((6, BS, HKV, D), (BS * HKV * D, HKV * D, D // 2, 1))},
+        lambda a: {"key_cache": a["key_cache"].as_strided((6, BS, HKV, D), (BS * HKV * D, HKV * D, D // 2, 1))},
         V, "key_cache", "do not share memory", "strides (1024, 64, 16, 1)",
     ),
     Bad(
@@ -770,6 +770,19 @@ def test_more_than_2pow28_positions_are_rejected(op: str, what: str, monkeypatch
         arg, expected, got = "block_table", "at most 2^28 = 268435456 key positions", "16777217 x 16 = 268435472"
     with pytest.raises(ValueError, match=_message_pattern(op, arg, expected, got)):
         getattr(pa, op)(**args)
+
+
+@pytest.mark.parametrize("op", [PA, PAO])
+def test_debug_rejects_a_query_length_hint_below_a_query(op: str, monkeypatch):
+    """max_query_len, when > 0, bounds every query length (query lengths here: 1 and 3); 0 and -1
+    mean no hint, and any larger value (2^31 - 1 included) is a true bound."""
+    monkeypatch.setenv(DEBUG_ENV, "1")
+    args = _paged() if op == PA else _paged_out()
+    for hint in (-1, 0, 3, 4, 2**31 - 1, 2**40):
+        getattr(pa, op)(**args, max_query_len=hint)
+    for hint in (1, 2):
+        with pytest.raises(ValueError, match=_message_pattern(op, "max_query_len", f"(<= {hint})", "3 at")):
+            getattr(pa, op)(**args, max_query_len=hint)
 
 
 @pytest.mark.parametrize("case", BAD, ids=[c.id for c in BAD])

@@ -87,6 +87,10 @@ def _check_paged_attention(
         debug_check_batch(
             c, block_table, seq_lens, query_start_loc, num_tokens, num_blocks, block_size
         )
+        hint = options["max_query_len"]
+        if hint > 0:  # a hint below the longest query would let a backend skip its rows
+            lens = query_start_loc[1:].long() - query_start_loc[:-1].long()
+            c.value(lens <= hint, "max_query_len", f"a bound of every query length (<= {hint})", lens)
     return c
 
 
@@ -312,7 +316,8 @@ _ARGS_DOC = """
         k_scale, v_scale: float32 tensors of one element, required for fp8 caches:
             a cache entry means ``stored * scale``.
         attention_chunk_size: ``c > 0`` restricts a token to keys of its own chunk of ``c`` positions.
-        max_query_len: optional hint, the longest query length of the batch (1 for pure decode).
+        max_query_len: optional hint, a bound of the batch's query lengths (1 for pure decode); ``<= 0``
+            means none. A smaller value is a caller error (``TORCH_PAGED_ATTN_DEBUG=1`` reports it).
 
     Positions (sequence with ``seq_len = 6``, ``q_len = 2``: context 4, queries at ``p = 4, 5``)::
 
