@@ -605,6 +605,23 @@ def test_integer_options_at_their_extremes(options, causal: bool) -> None:
     assert_bitwise(lse, want_lse, "lse")
 
 
+def test_reference_backend_takes_any_int64_option() -> None:
+    """The reference backend itself (no op in front to normalise the options): window sides and a
+    chunk size of 2^63 - 1 give the unbounded call's bits (int64 positions plus them would wrap)."""
+    from torch_paged_attn.lowering import reference
+
+    q_lens, kv_lens = _EXTREME_BATCHES[False]
+    batch = make_paged_batch(q_lens, kv_lens, num_heads=4, num_kv_heads=2, head_size=32, block_size=8,
+                             dtype=torch.float32, pad_tokens=1, seed=33)
+    top = 2**63 - 1
+    for causal in (True, False):
+        want = reference.attention(*batch.args(), scale=0.3, causal=causal, attention_chunk_size=100)
+        got = reference.attention(*batch.args(), scale=0.3, causal=causal, window_left=top, window_right=top,
+                                  attention_chunk_size=top)
+        assert_bitwise(got[0], want[0], "out")
+        assert_bitwise(got[1], want[1], "lse")
+
+
 # ---------------------------------------------------------------------------------------------
 # NaN given as data: NaN in, NaN out, only where it enters
 # ---------------------------------------------------------------------------------------------
