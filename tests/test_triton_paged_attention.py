@@ -561,7 +561,8 @@ def _with_extremes(case: Case, f: dict, rng: random.Random) -> Case:
 @pytest.mark.fuzz
 @pytest.mark.parametrize("family", range(_FUZZ_FAMILIES))
 def test_attention_fuzz_cuda(family: int) -> None:
-    """Seeds 0..1999: family ``f`` draws configurations ``50 f .. 50 f + 49``."""
+    """Seeds 0..1999: family ``f`` draws configurations ``50 f .. 50 f + 49``; about one in six
+    also takes integer options at their extremes (``_with_extremes``, its own generator)."""
     rng = random.Random(family)
     f = _fuzz_family(rng)
     for draw in range(_FUZZ_DRAWS):
