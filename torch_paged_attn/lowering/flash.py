@@ -285,7 +285,7 @@ def _call(adapter: str, q, k, v, block_table, seq_lens, query_start_loc, qv, out
     ``out`` itself when FlashAttention wrote into it, else FlashAttention's own buffer."""
     fn = _function(adapter)
     num_tokens = q.shape[0] if q is not None else qv.shape[0]
-    max_q = max_query_len if max_query_len > 0 else num_tokens  # a bound, never a tensor value
+    max_q = min(max_query_len, num_tokens) if max_query_len > 0 else num_tokens  # a bound, never a tensor value
     if adapter == "fa4":
         left = window_left if window_left >= 0 else None
         right = window_right if window_right >= 0 and not causal else None
