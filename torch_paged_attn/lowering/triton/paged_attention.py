@@ -653,6 +653,18 @@ def prepare_paged_attention(
     if invariant and split_tokens is None:
         split_tokens = _INVARIANT_SPLIT_TOKENS
     decode = invariant or max_query_len == 1 or (max_query_len < 0 and num_tokens <= num_seqs)
+    if not decode:  # prefill-like: the Hopper prefill kernel where its table has a tile
+        from . import prefill  # imports this module
+
+        tile = prefill.config(query, key_cache, value_cache, block_table, scale, forced_split is not None,
+                              max_query_len)
+        if tile is not None:
+            return prefill.prepare(
+                query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, lse, tile,
+                scale=scale, causal=causal, window_left=window_left, window_right=window_right, softcap=softcap,
+                alibi_slopes=alibi_slopes, sinks=sinks, attention_chunk_size=attention_chunk_size,
+                max_query_len=max_query_len,
+            )
     d_pad, dv_pad = _pad(head_size), _pad(head_size_v)
     configs = _DECODE_CONFIGS if decode else _PREFILL_CONFIGS
     block_m, tile_n, num_warps, num_stages, programs_per_sm = configs[max(d_pad, dv_pad)]
