@@ -35,8 +35,8 @@ _CUDA = torch.cuda.is_available() and not _INTERPRET
 interpreter_tier = pytest.mark.skipif(not _INTERPRET, reason="needs TRITON_INTERPRET=1")
 gpu_tier = pytest.mark.skipif(not _CUDA, reason="needs CUDA (and TRITON_INTERPRET unset)")
 
-# Tiles small enough for the interpreter: (BLOCK_M, TILE_N, warps, stages, PACK_HEADS).
-PACKED, ONE_HEAD = (16, 16, 4, 1, True), (16, 32, 4, 1, False)
+# Tiles small enough for the interpreter: (BLOCK_M, TILE_N, warps, stages, PACK_HEADS, LAZY_RESCALE).
+PACKED, ONE_HEAD, LAZY = (16, 16, 4, 1, True, False), (16, 32, 4, 1, False, False), (32, 16, 4, 1, True, True)
 
 
 @pytest.fixture
@@ -56,10 +56,11 @@ def hopper(monkeypatch):
     return table, launched
 
 
-def check_against_loop(case: Case, tile: tuple, table: dict, launched: list) -> None:
+def check_against_loop(case: Case, tile: tuple, table: dict, launched: list, score_gain: float = 1.0) -> None:
     for d in table:
         table[d] = tile
     batch, options = make_inputs(case, "cpu", zlib.crc32(case.id.encode()))
+    options["scale"] *= score_gain
     out, lse = run_triton(batch, options, with_lse=case.with_lse, max_query_len=max(case.q_lens) if case.hint else -1)
     assert launched and launched[-1] == tile, "the prefill kernel did not run"
     truth_out, truth_lse = loop.paged_attention(*batch.args(), **options)
@@ -89,11 +90,20 @@ CASES = [
 
 
 @interpreter_tier
-@pytest.mark.parametrize("tile", [PACKED, ONE_HEAD], ids=["packed", "one_head"])
+@pytest.mark.parametrize("tile", [PACKED, ONE_HEAD, LAZY], ids=["packed", "one_head", "lazy"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_prefill_kernel_interpreted(case: Case, tile: tuple, hopper) -> None:
     table, launched = hopper
     check_against_loop(case, tile, table, launched)
+
+
+@interpreter_tier
+@pytest.mark.parametrize("tile", [PACKED, LAZY], ids=["eager", "lazy"])
+def test_prefill_kernel_large_scores_interpreted(tile: tuple, hopper) -> None:
+    """Scores of standard deviation ~12 (log2 units ~17): the running max grows past the lazy
+    threshold (8) on later tiles too, not only on the first."""
+    table, launched = hopper
+    check_against_loop(Case((40, 7), (90, 30), num_heads=8, num_kv_heads=2), tile, table, launched, score_gain=12.0)
 
 
 @interpreter_tier

@@ -34,7 +34,8 @@ from ._softmax import LOG2E, merged_to_output
 
 # Tiles, per compute capability (major) and padded head size (max of D and Dv, a power of two):
 # (BLOCK_M rows, TILE_N keys per iteration, num_warps, num_stages, PACK_HEADS: rows are tokens x
-# the query heads of one kv head, else tokens of one head). Head sizes above 128 and other
+# the query heads of one kv head, else tokens of one head; LAZY_RESCALE: FlashAttention-4's
+# conditional rescaling of the accumulator). Head sizes above 128 and other
 # architectures run ``paged_attention._attention_kernel``.
 # Not yet timed on a GPU. sm_90, Triton 3.6 (``benchmarks/sass_report.py``, results/
 # sass-sm90-triton3.6-2026-11-23-prefill.txt) for D 128: see benchmarks/RESULTS.md. The shared
@@ -43,10 +44,10 @@ from ._softmax import LOG2E, merged_to_output
 # attn_chunked_sm90 sweeps time this table's candidates.
 _CONFIGS = {
     9: {
-        16: (128, 128, 8, 3, True),
-        32: (128, 128, 8, 3, True),
-        64: (128, 128, 8, 3, True),
-        128: (128, 64, 8, 3, True),
+        16: (128, 128, 8, 3, True, False),
+        32: (128, 128, 8, 3, True, False),
+        64: (128, 128, 8, 3, True, False),
+        128: (128, 64, 8, 3, True, False),
     },
 }
 
@@ -104,7 +105,7 @@ def _tile(q, m_i, l_i, acc, start, block, num_blocks, kv_head,
           BLOCK_SIZE: tl.constexpr, TILE_N: tl.constexpr, MASKED: tl.constexpr,
           CAUSAL: tl.constexpr, USE_WINDOW: tl.constexpr, USE_CHUNK: tl.constexpr,
           USE_SOFTCAP: tl.constexpr, USE_ALIBI: tl.constexpr, IS_FP8: tl.constexpr,
-          DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr):
+          DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, LAZY_RESCALE: tl.constexpr):
     """Fold the ``TILE_N`` keys from ``start`` into the running state ``(m_i, l_i, acc)`` (log2);
     ``block``: the tile's cache blocks (``_load_block_ids``); ``MASKED``: apply the position masks
     (causal / window / chunk) to this tile."""
@@ -147,17 +148,31 @@ def _tile(q, m_i, l_i, acc, start, block, num_blocks, kv_head,
 
     # -- online softmax, base 2: p = 2^(s * qk_scale - m), one FMA a score --
     if USE_SOFTCAP or USE_ALIBI:
-        m_new = tl.maximum(m_i, tl.max(s, 1))
+        score_scale = 1.0
     else:
-        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)  # qk_scale > 0: max commutes with it
-    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # no visible key yet: p = 0, not NaN
-    alpha = tl.exp2(m_i - m_ref)
-    if USE_SOFTCAP or USE_ALIBI:
-        p = tl.exp2(s - m_ref[:, None])
+        score_scale = qk_scale
+    m_tile = tl.max(s, 1) * score_scale  # score_scale > 0: the max commutes with it
+    if LAZY_RESCALE:
+        # FlashAttention-4's lazy rescaling: the reference max m_i moves (and acc, l with it)
+        # only when some row's max grows past it by more than 8 (log2 of 256); p stays <= 2^8.
+        # One branch for the whole program: a row vote, not a per-row select.
+        if tl.max((m_tile > m_i + 8.0).to(tl.int32), 0) > 0:
+            m_new = tl.maximum(m_i, m_tile)
+            alpha = tl.exp2(m_i - tl.where(m_new == float("-inf"), 0.0, m_new))
+            l_i = l_i * alpha
+            acc = acc * alpha[:, None]
+            m_i = m_new
+        m_ref = tl.where(m_i == float("-inf"), 0.0, m_i)  # no visible key yet: p = 0, not NaN
+        p = tl.exp2(s * score_scale - m_ref[:, None])
+        l_i = l_i + tl.sum(p, 1)
     else:
-        p = tl.exp2(s * qk_scale - m_ref[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None]
+        m_new = tl.maximum(m_i, m_tile)
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # no visible key yet: p = 0, not NaN
+        alpha = tl.exp2(m_i - m_ref)
+        p = tl.exp2(s * score_scale - m_ref[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        m_i = m_new
 
     # -- load V tile: [TILE_N, DV_PAD]; acc += P @ V --
     v_rows = block * stride_vc_block + slot * stride_vc_slot + kv_head * stride_vc_head
@@ -165,7 +180,7 @@ def _tile(q, m_i, l_i, acc, start, block, num_blocks, kv_head,
     if IS_FP8:
         v = pa._fp8_to_fp16(v, unit)
     acc = pa._dot(p.to(q.dtype), v.to(q.dtype), acc, DOT_PRECISION, DOT_UPCAST)
-    return m_new, l_i, acc
+    return m_i, l_i, acc
 
 
 @triton.jit(do_not_specialize=["num_tokens", "num_seqs", "max_blocks", "num_q_blocks"])
@@ -192,7 +207,7 @@ def _prefill_kernel(
     CAUSAL: tl.constexpr, USE_WINDOW: tl.constexpr, USE_CHUNK: tl.constexpr,
     USE_SOFTCAP: tl.constexpr, USE_ALIBI: tl.constexpr, HAS_SINKS: tl.constexpr,
     IS_FP8: tl.constexpr, HAS_LSE: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, LAZY_RESCALE: tl.constexpr,
 ):
     tl.static_assert(BLOCK_M >= 16 and TILE_N >= 16 and D_PAD >= 16 and DV_PAD >= 16)
     tl.static_assert(BLOCK_Q * HEADS <= BLOCK_M and BLOCK_Q >= 1)
@@ -305,7 +320,7 @@ def _prefill_kernel(
             stride_vc_block, stride_vc_slot, stride_vc_head, qk_scale, softcap, window_left, window_right,
             chunk_size, chunk_row, pos, slopes, unit, offs_d, offs_dv, HEAD_SIZE, HEAD_SIZE_V, D_PAD, DV_PAD,
             BLOCK_SIZE, TILE_N, True, CAUSAL, USE_WINDOW, USE_CHUNK, USE_SOFTCAP, USE_ALIBI, IS_FP8,
-            DOT_PRECISION, DOT_UPCAST)
+            DOT_PRECISION, DOT_UPCAST, LAZY_RESCALE)
         block = next_block
     block = pa._load_block_ids(seq_row_ptr, stride_bt_block, mid_lo, seq_len, max_blocks, BLOCK_SIZE, TILE_N)
     for start in range(mid_lo, mid_hi, TILE_N):
@@ -317,7 +332,7 @@ def _prefill_kernel(
             stride_vc_block, stride_vc_slot, stride_vc_head, qk_scale, softcap, window_left, window_right,
             chunk_size, chunk_row, pos, slopes, unit, offs_d, offs_dv, HEAD_SIZE, HEAD_SIZE_V, D_PAD, DV_PAD,
             BLOCK_SIZE, TILE_N, False, CAUSAL, USE_WINDOW, USE_CHUNK, USE_SOFTCAP, USE_ALIBI, IS_FP8,
-            DOT_PRECISION, DOT_UPCAST)
+            DOT_PRECISION, DOT_UPCAST, LAZY_RESCALE)
         block = next_block
     block = pa._load_block_ids(seq_row_ptr, stride_bt_block, mid_hi, seq_len, max_blocks, BLOCK_SIZE, TILE_N)
     for start in range(mid_hi, kv_hi, TILE_N):
@@ -329,7 +344,7 @@ def _prefill_kernel(
             stride_vc_block, stride_vc_slot, stride_vc_head, qk_scale, softcap, window_left, window_right,
             chunk_size, chunk_row, pos, slopes, unit, offs_d, offs_dv, HEAD_SIZE, HEAD_SIZE_V, D_PAD, DV_PAD,
             BLOCK_SIZE, TILE_N, True, CAUSAL, USE_WINDOW, USE_CHUNK, USE_SOFTCAP, USE_ALIBI, IS_FP8,
-            DOT_PRECISION, DOT_UPCAST)
+            DOT_PRECISION, DOT_UPCAST, LAZY_RESCALE)
         block = next_block
 
     # -- epilogue: out [BLOCK_M, DV_PAD] = acc / l * v_scale, lse [BLOCK_M] natural log --
@@ -360,7 +375,7 @@ def prepare(
     head_size_v = value_cache.shape[3]
     num_seqs, max_blocks = block_table.shape
     group = num_heads // num_kv_heads
-    _, tile_n, num_warps, num_stages, _ = tile
+    _, tile_n, num_warps, num_stages, _, lazy_rescale = tile
     block_m, block_q, heads, num_head_groups = _rows(tile, group, max_query_len)
     num_q_blocks = num_tokens // block_q + num_seqs + 1
     is_fp8 = key_cache.dtype in pa._FP8
@@ -389,7 +404,7 @@ def prepare(
         CAUSAL=bool(causal), USE_WINDOW=window_left >= 0 or window_right >= 0, USE_CHUNK=attention_chunk_size > 0,
         USE_SOFTCAP=softcap > 0, USE_ALIBI=alibi_slopes is not None, HAS_SINKS=sinks is not None,
         IS_FP8=is_fp8, HAS_LSE=has_lse, DOT_PRECISION="tf32",
-        DOT_UPCAST=query.dtype == torch.bfloat16 and pa._interpreted(),
+        DOT_UPCAST=query.dtype == torch.bfloat16 and pa._interpreted(), LAZY_RESCALE=lazy_rescale,
         num_warps=num_warps, num_stages=num_stages,
     )
 
