@@ -96,6 +96,26 @@ def _rows(tile: tuple, group: int, max_query_len: int) -> tuple[int, int, int, i
 
 
 @triton.jit
+def _load_rows(base_ptr, rows, offs, row_ok, SIZE: tl.constexpr, PAD: tl.constexpr, MASKED: tl.constexpr):
+    """``paged_attention._load_rows``; unmasked rows (``MASKED`` False) load with no predicate
+    where the head size needs no padding."""
+    if MASKED or SIZE != PAD:
+        return pa._load_rows(base_ptr, rows, offs, row_ok, SIZE, PAD)
+    return tl.load(base_ptr + rows[:, None] + offs[None, :])
+
+
+@triton.jit
+def _ids_in_range(seq_row_ptr, stride_bt_block, first, end, num_blocks, PAGES: tl.constexpr):
+    """True when the block ids ``block_table[b, first:end]`` all lie in ``[0, num_blocks)``."""
+    bad = tl.zeros([PAGES], tl.int32)
+    for p0 in range(first, end, PAGES):
+        pages = p0 + tl.arange(0, PAGES)
+        ids = tl.load(seq_row_ptr + pages * stride_bt_block, mask=pages < end, other=0)
+        bad += ((ids < 0) | (ids >= num_blocks)).to(tl.int32)
+    return tl.sum(bad, 0) == 0
+
+
+@triton.jit
 def _tile(q, m_i, l_i, acc, start, block, num_blocks, kv_head,
           key_cache_ptr, value_cache_ptr, stride_kc_block, stride_kc_slot, stride_kc_head,
           stride_vc_block, stride_vc_slot, stride_vc_head,
@@ -107,17 +127,22 @@ def _tile(q, m_i, l_i, acc, start, block, num_blocks, kv_head,
           USE_SOFTCAP: tl.constexpr, USE_ALIBI: tl.constexpr, IS_FP8: tl.constexpr,
           DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, LAZY_RESCALE: tl.constexpr):
     """Fold the ``TILE_N`` keys from ``start`` into the running state ``(m_i, l_i, acc)`` (log2);
-    ``block``: the tile's cache blocks (``_load_block_ids``); ``MASKED``: apply the position masks
-    (causal / window / chunk) to this tile."""
+    ``block``: the tile's cache blocks (``_load_block_ids``). ``MASKED``: apply the position
+    masks (causal / window / chunk) and the block-id checks; unmasked tiles lie inside every
+    row's range with ids the program checked up front, so they carry neither."""
     # -- block ids: [TILE_N]; -1 and ids outside [0, NB) hide their keys --
     offs_n = start + tl.arange(0, TILE_N)
-    key_ok = (block >= 0) & (block < num_blocks)
-    block = tl.where(key_ok, block, 0).to(tl.int64)
     slot = offs_n % BLOCK_SIZE
+    if MASKED:
+        key_ok = (block >= 0) & (block < num_blocks)
+        block = tl.where(key_ok, block, 0)
+    else:
+        key_ok = offs_n >= 0  # all true, for the padded head sizes' loads
+    block = block.to(tl.int64)
 
     # -- load K tile: [TILE_N, D_PAD]; scores [BLOCK_M, TILE_N], unscaled --
     k_rows = block * stride_kc_block + slot * stride_kc_slot + kv_head * stride_kc_head
-    k = pa._load_rows(key_cache_ptr, k_rows, offs_d, key_ok, HEAD_SIZE, D_PAD)
+    k = _load_rows(key_cache_ptr, k_rows, offs_d, key_ok, HEAD_SIZE, D_PAD, MASKED)
     if IS_FP8:  # exact: fp8 values are fp16 values; the scale is in qk_scale
         k = k.to(tl.float16)
     s = pa._dot(q, tl.trans(k.to(q.dtype)), None, DOT_PRECISION, DOT_UPCAST)
@@ -143,8 +168,6 @@ def _tile(q, m_i, l_i, acc, start, block, num_blocks, kv_head,
             visible = visible & (offs_n[None, :] >= chunk_row[:, None])
             visible = visible & (offs_n[None, :] < chunk_row[:, None] + chunk_size)
         s = tl.where(visible, s, float("-inf"))
-    else:
-        s = tl.where(key_ok[None, :], s, float("-inf"))
 
     # -- online softmax, base 2: p = 2^(s * qk_scale - m), one FMA a score --
     if USE_SOFTCAP or USE_ALIBI:
@@ -176,7 +199,7 @@ def _tile(q, m_i, l_i, acc, start, block, num_blocks, kv_head,
 
     # -- load V tile: [TILE_N, DV_PAD]; acc += P @ V --
     v_rows = block * stride_vc_block + slot * stride_vc_slot + kv_head * stride_vc_head
-    v = pa._load_rows(value_cache_ptr, v_rows, offs_dv, key_ok, HEAD_SIZE_V, DV_PAD)
+    v = _load_rows(value_cache_ptr, v_rows, offs_dv, key_ok, HEAD_SIZE_V, DV_PAD, MASKED)
     if IS_FP8:
         v = pa._fp8_to_fp16(v, unit)
     acc = pa._dot(p.to(q.dtype), v.to(q.dtype), acc, DOT_PRECISION, DOT_UPCAST)
@@ -296,6 +319,12 @@ def _prefill_kernel(
     hi_tiles = tl.maximum(_cdiv_tiles(kv_hi, TILE_N) * TILE_N, lo)
     mid_lo = tl.minimum(tl.maximum(_cdiv_tiles(full_lo, TILE_N) * TILE_N, lo), hi_tiles)
     mid_hi = tl.minimum(tl.maximum(tl.minimum(full_hi, kv_hi) // TILE_N * TILE_N, mid_lo), hi_tiles)
+    seq_row_ptr = block_table_ptr + seq * stride_bt_seq
+    # Unmasked tiles skip the block-id checks: one pass over their ids here (cdiv(n, BS) int32,
+    # from L2; K/V read n * (D + Dv) elements) proves them in range, else they run masked.
+    if not _ids_in_range(seq_row_ptr, stride_bt_block, mid_lo // BLOCK_SIZE,
+                         (mid_hi + BLOCK_SIZE - 1) // BLOCK_SIZE, num_blocks, 128):
+        mid_hi = mid_lo
 
     # -- running state; a sink is a key of logit ``sink`` and value 0 --
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -309,7 +338,6 @@ def _prefill_kernel(
     # Block ids are fetched one tile ahead, as in paged_attention: the K/V addresses depend on
     # them, and Triton pipelines a load in the same iteration as cp.async with a full wait (num 0)
     # at the top of every iteration, which leaves no load in flight across the dots.
-    seq_row_ptr = block_table_ptr + seq * stride_bt_seq
     block = pa._load_block_ids(seq_row_ptr, stride_bt_block, lo, seq_len, max_blocks, BLOCK_SIZE, TILE_N)
     for start in range(lo, mid_lo, TILE_N):
         next_block = pa._load_block_ids(seq_row_ptr, stride_bt_block, start + TILE_N, seq_len, max_blocks,
