@@ -16,6 +16,8 @@ tensors), and the cubin is read with the ``cuobjdump`` bundled with Triton. Colu
     LDGSTS    cp.async instructions (loads that go to shared memory without registers)
     LDS8      byte-wide shared-memory loads (an fp8 tile read one element per instruction)
     instrs    SASS instructions in the kernel (all paths; a loop body counts once)
+    loop      instructions of the shortest loop body that issues MMAs: the inner key loop, one
+              key tile (the unmasked tiles' loop where a kernel has several); 0 if none
 
 ``--sweeps`` compiles every candidate of ``tune.py``'s sweeps on its shape instead. These are the
 compiler's figures, not the hardware's: the Triton and ptxas of this machine decide them, which
@@ -57,7 +59,7 @@ from torch_paged_attn.lowering.triton import paged_attention as attn_kernel  # n
 from torch_paged_attn.lowering.triton import prefill as prefill_kernel  # noqa: E402
 
 META = torch.device("meta")
-COLUMNS = ("regs", "stack", "LDL", "STL", "smem", "HGMMA", "HMMA", "LDGSTS", "LDS8", "instrs")
+COLUMNS = ("regs", "stack", "LDL", "STL", "smem", "HGMMA", "HMMA", "LDGSTS", "LDS8", "instrs", "loop")
 
 
 @contextlib.contextmanager
@@ -157,10 +159,16 @@ def compile_launch(kernel, kwargs: dict, arch: int) -> dict:
         return len(re.findall(pattern, sass))
 
     field = lambda name: int(re.search(rf"{name}:(\d+)", usage).group(1))  # noqa: E731
+    # (address, instruction) pairs; a loop is a branch back to a lower address
+    code = [(int(a, 16), text) for a, text in re.findall(r"(?m)^\s+/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
+    back = [(int(m.group(1), 16), addr) for addr, text in code
+            if (m := re.search(r"\bBRA\b.*?0x([0-9a-f]+)", text)) and int(m.group(1), 16) < addr]
+    loops = [[text for a, text in code if top <= a <= bottom] for top, bottom in back]
+    mma_loops = [len(body) for body in loops if any(re.search(r"\bHG?MMA\.", t) for t in body)]
     return dict(regs=field("REG"), stack=field("STACK"), LDL=count(r"\bLDL\b"), STL=count(r"\bSTL\b"),
                 smem=compiled.metadata.shared, HGMMA=count(r"\bHGMMA\."), HMMA=count(r"\bHMMA\."),
                 LDGSTS=count(r"\bLDGSTS\b"), LDS8=count(r"\bLDS\.U8\b"),
-                instrs=count(r"(?m)^\s+/\*[0-9a-f]{4,}\*/\s+\S"))
+                instrs=len(code), loop=min(mma_loops, default=0))
 
 
 def report(name: str, s, plan, args) -> list[dict]:

@@ -6,17 +6,17 @@ written for the Hopper tensor cores: 128 query rows a program in two warpgroups 
 each ``tl.dot`` is an asynchronous wgmma with its K/V operand staged in shared memory by cp.async
 (``num_stages`` deep); the key loop runs in three phases, masked tiles below the first key every
 row sees (windows, chunks), unmasked inner tiles, masked tiles past the last such key (the causal
-diagonal, the sequence end), so inner tiles carry no position arithmetic; the softmax is in base 2
+diagonal, the sequence end), so inner tiles carry no position arithmetic (nor block-id checks: one
+pass over their ids proves them in range first); the softmax is in base 2
 with the scale applied in the same FMA that subtracts the running maximum (Triton's fused-
 attention tutorial). Rows are ``BLOCK_Q`` tokens x ``HEADS`` query heads of one kv head (the GQA
 group packed, K/V loaded once for it) or ``BLOCK_Q = BLOCK_M`` tokens of one head (``HEADS == 1``).
-Grid: axis 0 query block in reverse (a sequence's last query blocks, the longest under a causal
-mask, start first, so the tail of the launch is short blocks), axis 1 kv head x head group.
-Slots, sequence search, padding rows, block-table lookup and layouts as in ``paged_attention``.
+Grid: axis 0 query block in reverse (long causal blocks first, short ones in the tail), axis 1 kv
+head x head group; slots, padding rows, block-table lookup and layouts as in ``paged_attention``.
 
-Bytes moved: ``sum_b cdiv(q_len_b, BLOCK_Q) * seq_len_b * Hkv * NUM_HEAD_GROUPS * (D + Dv) *
+Bytes moved, at most: ``sum_b cdiv(q_len_b, BLOCK_Q) * seq_len_b * Hkv * NUM_HEAD_GROUPS * (D + Dv) *
 cache_bytes`` of K/V (through L2) + ``T * Hq * (D + Dv) * q_bytes``; FLOPs ``4 * D`` per visible
-(query, key) pair and head (``D == Dv``).
+(query, key) pair and head (``D == Dv``); the id pass reads ``cdiv(seq_len, BS)`` int32 per program.
 """
 
 from __future__ import annotations
@@ -35,18 +35,19 @@ from ._softmax import LOG2E, merged_to_output
 # Tiles, per compute capability (major) and padded head size (max of D and Dv, a power of two):
 # (BLOCK_M rows, TILE_N keys per iteration, num_warps, num_stages, PACK_HEADS: rows are tokens x
 # the query heads of one kv head, else tokens of one head; LAZY_RESCALE: FlashAttention-4's
-# conditional rescaling of the accumulator). Head sizes above 128 and other
-# architectures run ``paged_attention._attention_kernel``.
-# Not yet timed on a GPU. sm_90, Triton 3.6 (``benchmarks/sass_report.py``, results/
-# sass-sm90-triton3.6-2026-11-23-prefill.txt) for D 128: see benchmarks/RESULTS.md. The shared
-# kernel's (128, 64, 8 warps, 3 stages), packed, measured 246 / 292 TFLOP/s (H200, 2026-11) on
-# prefill 4 x 2048 / chunked 4 x 512 over 4096 keys; tune.py's attn_prefill_sm90 /
-# attn_chunked_sm90 sweeps time this table's candidates.
+# conditional rescaling of the accumulator). Head sizes above 128 and other architectures run
+# ``paged_attention._attention_kernel``.
+# Not yet timed on a GPU; the shared kernel's tile (128, 64, 8 warps, 3 stages, packed) measured
+# 246 / 292 TFLOP/s on prefill 4 x 2048 / chunked 4 x 512 over 4096 keys (its table's note).
+# sm_90, Triton 3.6, D 128 (``benchmarks/sass_report.py``, results/sass-sm90-triton3.6-2026-11-23-
+# prefill*.txt): this tile 232 registers, no stack, 452 SASS instructions a 64-key inner tile
+# against 828 in the shared kernel; TILE_N 128 spills. tune.py's attn_prefill / attn_chunked
+# sweeps time the candidates (D <= 64 takes the D 128 tile: smaller, not compiled separately).
 _CONFIGS = {
     9: {
-        16: (128, 128, 8, 3, True, False),
-        32: (128, 128, 8, 3, True, False),
-        64: (128, 128, 8, 3, True, False),
+        16: (128, 64, 8, 3, True, False),
+        32: (128, 64, 8, 3, True, False),
+        64: (128, 64, 8, 3, True, False),
         128: (128, 64, 8, 3, True, False),
     },
 }
