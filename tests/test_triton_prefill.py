@@ -12,6 +12,7 @@ decode path and batch-invariant mode never take it.
 from __future__ import annotations
 
 import os
+import random
 import zlib
 from dataclasses import replace
 
@@ -21,14 +22,16 @@ import torch
 pytest.importorskip("triton")
 
 import _loop as loop  # noqa: E402
-from test_triton_paged_attention import BF16, FP16, FP32, Case, make_inputs, run_triton  # noqa: E402
+from test_triton_paged_attention import (  # noqa: E402
+    BF16, FP16, FP32, Case, _fuzz_case, _fuzz_family, check_against_reference, make_inputs, run_triton,
+)
 
-import torch_paged_attn  # noqa: E402, F401  (registers the ops)
+import torch_paged_attn  # noqa: E402  (registers the ops)
 from torch_paged_attn import _config  # noqa: E402
 from torch_paged_attn.lowering import reference  # noqa: E402
 from torch_paged_attn.lowering.triton import paged_attention as tpa  # noqa: E402
 from torch_paged_attn.lowering.triton import prefill  # noqa: E402
-from torch_paged_attn.testing import assert_close  # noqa: E402
+from torch_paged_attn.testing import assert_close, make_paged_batch  # noqa: E402
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 _CUDA = torch.cuda.is_available() and not _INTERPRET
@@ -56,13 +59,17 @@ def hopper(monkeypatch):
     return table, launched
 
 
-def check_against_loop(case: Case, tile: tuple, table: dict, launched: list, score_gain: float = 1.0) -> None:
+def check_against_loop(case: Case, tile: tuple, table: dict, launched: list, score_gain: float = 1.0,
+                       device: str = "cpu") -> None:
     for d in table:
         table[d] = tile
-    batch, options = make_inputs(case, "cpu", zlib.crc32(case.id.encode()))
+    batch, options = make_inputs(case, device, zlib.crc32(case.id.encode()))
     options["scale"] *= score_gain
     out, lse = run_triton(batch, options, with_lse=case.with_lse, max_query_len=max(case.q_lens) if case.hint else -1)
     assert launched and launched[-1] == tile, "the prefill kernel did not run"
+    if device != "cpu":  # GPU sizes: the reference on the float32 upcast (checked against the loop elsewhere)
+        check_against_reference(batch, options, out, lse, case.dtype)
+        return
     truth_out, truth_lse = loop.paged_attention(*batch.args(), **options)
     ref_out, ref_lse = reference.attention(*batch.args(), **options)
     assert_close(out, truth_out, dtype=case.dtype, reference=ref_out, name="out")
@@ -163,3 +170,98 @@ def test_sm90_plans_prefill_kernel_cuda(monkeypatch) -> None:
     ref_out, ref_lse = reference.attention(*batch.args(), **options)
     assert_close(out, truth_out, dtype=BF16, reference=ref_out, name="out")
     assert_close(lse, truth_lse, dtype=BF16, reference=ref_lse, name="lse")
+
+
+# -- GPU tier: the kernel on the device, every call prefill-like taken by it -----------------------
+
+@pytest.fixture
+def sm90_everywhere(monkeypatch):
+    """On an sm_90 device, the prefill kernel for every prefill-like call (one SM planned, so no
+    call falls back for having few query blocks)."""
+    if torch.cuda.get_device_capability()[0] not in prefill._CONFIGS:
+        pytest.skip("no prefill kernel table for this GPU")
+    monkeypatch.setattr(tpa, "_num_sms", lambda device: 1)
+    launched = []
+    real = prefill.prepare
+    monkeypatch.setattr(prefill, "prepare", lambda *a, **k: launched.append(a[8]) or real(*a, **k))
+    return launched
+
+
+# each candidate of tune.py's attn_prefill sweep kind: the table's, stages, one-head rows, lazy
+_GPU_TILES = [(128, 64, 8, 3, True, False), (128, 64, 8, 2, True, False), (128, 64, 8, 3, False, False),
+              (128, 64, 8, 3, True, True), (64, 64, 4, 3, True, False), (128, 32, 8, 4, True, True)]
+
+
+@gpu_tier
+@pytest.mark.parametrize("tile", _GPU_TILES, ids=str)
+@pytest.mark.parametrize("case", CASES + [Case((300, 170), (300, 900), num_heads=32, num_kv_heads=8, head_size=128)],
+                         ids=lambda c: c.id)
+def test_prefill_kernel_cuda(case: Case, tile: tuple, sm90_everywhere, monkeypatch) -> None:
+    table = dict(prefill._CONFIGS[torch.cuda.get_device_capability()[0]])
+    monkeypatch.setitem(prefill._CONFIGS, torch.cuda.get_device_capability()[0], table)
+    check_against_loop(case, tile, table, sm90_everywhere, device="cuda")
+
+
+@gpu_tier
+@pytest.mark.fuzz
+@pytest.mark.parametrize("family", range(20))
+def test_prefill_kernel_fuzz_cuda(family: int, sm90_everywhere) -> None:
+    """1,000 prefill-like configurations (seeds 100000 + 50 f ..) through the prefill kernel."""
+    f = _fuzz_family(random.Random(100000 + family))
+    f.update(decode=False, split=None, head_size=min(f["head_size"], 128))
+    f["dtype"] = BF16 if f["dtype"] == FP32 else f["dtype"]
+    for draw in range(50):
+        seed = 100000 + family * 50 + draw
+        case = _fuzz_case(f, random.Random(seed))
+        batch, options = make_inputs(case, "cuda", seed)
+        out, lse = run_triton(batch, options, with_lse=case.with_lse,
+                              max_query_len=max(case.q_lens) if case.hint else -1)
+        try:
+            check_against_reference(batch, options, out, lse, case.dtype)
+        except AssertionError as e:
+            raise AssertionError(f"fuzz seed {seed}: {case.id}: {e}") from e
+
+
+@gpu_tier
+def test_prefill_kernel_cuda_graph_and_compile(sm90_everywhere) -> None:
+    """Captured once (no host sync), replayed on new lengths of the same shapes; the public op
+    under torch.compile(fullgraph=True) gives the eager bits."""
+    kw = dict(num_heads=8, num_kv_heads=2, head_size=128, dtype=BF16, device="cuda", max_blocks=80)
+
+    def batch(seed, q_lens, kv_lens):  # the same shapes whatever the lengths: 400 rows, 400 blocks
+        used = sum(-(-n // 16) for n in kv_lens)
+        return make_paged_batch(q_lens, kv_lens, seed=seed, pad_tokens=400 - sum(q_lens), extra_blocks=400 - used,
+                                **kw)
+
+    static = batch(0, [100, 37, 200, 1], [900, 37, 260, 1200])
+    options = dict(scale=0.09, causal=True, window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=None,
+                   sinks=None, k_scale=None, v_scale=None, attention_chunk_size=0)
+    out = torch.full((400, 8, 128), float("nan"), dtype=BF16, device="cuda")
+    lse = torch.full((400, 8), float("nan"), device="cuda")
+    tpa.paged_attention(*static.args(), out, lse, **options)  # compile outside the capture
+    assert sm90_everywhere, "the prefill kernel did not run"
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            tpa.paged_attention(*static.args(), out, lse, **options)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for seed, q_lens, kv_lens in ((1, [3, 300, 0, 90], [30, 1270, 0, 95]), (2, [1, 1, 1, 1], [1, 2, 3, 1100])):
+        new = batch(seed, q_lens, kv_lens)
+        for dst, src in zip(static.args(), new.args()):
+            dst.copy_(src)
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        graph.replay()
+        check_against_reference(static, options, out, lse, BF16)
+
+    public = {k: v for k, v in options.items() if k not in ("k_scale", "v_scale")}
+
+    def functional(q, kc, vc, bt, sl, qsl):
+        return torch_paged_attn.paged_attention(q, kc, vc, bt, sl, qsl, return_lse=True, **public)
+
+    eager = functional(*static.args())
+    compiled = torch.compile(functional, fullgraph=True)(*static.args())
+    assert torch.equal(eager[0], compiled[0]) and torch.equal(eager[1], compiled[1])
