@@ -65,7 +65,8 @@ def config(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_table: T
     """This kernel's tile for a prefill-like call, None where ``paged_attention._attention_kernel``
     runs it instead: forced split-KV, float32 queries (wgmma multiplies them in tf32 only), head
     sizes above 128, scales <= 0 (the running maximum is taken before scaling), devices without a
-    table, and calls with fewer query blocks than SMs (the shared kernel splits their keys)."""
+    table, calls whose hint ``max_query_len`` leaves fewer than 64 rows a program, and calls with
+    fewer query blocks than SMs (the shared kernel splits their keys)."""
     if forced_split or query.dtype == torch.float32 or not scale > 0:
         return None
     capability = _capability(query.device)
@@ -76,7 +77,9 @@ def config(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_table: T
         return None
     num_tokens, num_heads = query.shape[:2]
     group = num_heads // key_cache.shape[2]
-    _, block_q, _, num_head_groups = _rows(tile, group, max_query_len)
+    block_m, block_q, _, num_head_groups = _rows(tile, group, max_query_len)
+    if block_m < min(tile[0], 64):  # short queries (speculative decoding): rows below wgmma's 64
+        return None
     busy = pa._busy_q_blocks(num_tokens, block_table.shape[0], block_q, max_query_len)
     return tile if busy * key_cache.shape[2] * num_head_groups >= pa._num_sms(query.device) else None
 
