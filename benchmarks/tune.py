@@ -56,12 +56,14 @@ _ATTN_PREFILL = attn_kernel._PREFILL_CONFIGS
 # The Hopper prefill kernel's sm_90 tiles (BLOCK_M, TILE_N, warps, stages, PACK_HEADS, LAZY_RESCALE):
 # packed GQA rows and one-head rows, eager and lazy rescaling; prefill and chunked prefill (D 128)
 # sweep the same tiles. TILE_N 128 is left out: it spills on sm_90 (144-176 B of stack, Triton 3.6);
-# TILE_N 32 runs lazy only: eager, Triton 3.6's ptxas crashes on it (results/sass-sm90-triton3.6-
-# 2026-11-23-prefill-sweeps.txt).
+# TILE_N 32 runs lazy only: eager, Triton 3.6's ptxas crashed on it (SIGSEGV, sass_report, 2026-11-23).
+# (64, 64, 4, 2): 241 registers and 80 KiB a program, so two programs (one warpgroup each) share an
+# SM and one's softmax can overlap the other's wgmma; the two warpgroups of an 8-warp program meet
+# at two barriers a tile.
 _HOPPER_PREFILL = prefill_kernel._CONFIGS[9]
 _HOPPER_TILES = tuple((*tile, lazy) for lazy in (False, True) for tile in (
     (128, 64, 8, 3, True), (128, 64, 8, 2, True), (128, 64, 8, 4, True), (128, 64, 8, 3, False),
-    (128, 64, 8, 2, False), (64, 64, 4, 3, True))) + ((128, 32, 8, 4, True, True),)
+    (128, 64, 8, 2, False), (64, 64, 4, 3, True), (64, 64, 4, 2, True))) + ((128, 32, 8, 4, True, True),)
 # the shared kernel's prefill tiles (other architectures, D 256, fp32), run with the Hopper kernel off
 _PREFILL_TILES = (
     (128, 64, 8, 3, 1), (128, 64, 8, 2, 1), (128, 128, 8, 2, 1), (128, 128, 8, 3, 1), (128, 32, 8, 4, 1),
