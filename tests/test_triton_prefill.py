@@ -96,9 +96,13 @@ CASES = [
 ]
 
 
+# lazy rescaling on the cases whose running state starts or ends unusually (empty rows, sinks)
+_TILED = [(c, t) for c in CASES for t in (PACKED, ONE_HEAD)] + [(c, LAZY) for c in (CASES[0], CASES[7], CASES[8])]
+_TILE_NAMES = {PACKED: "packed", ONE_HEAD: "one_head", LAZY: "lazy"}
+
+
 @interpreter_tier
-@pytest.mark.parametrize("tile", [PACKED, ONE_HEAD, LAZY], ids=["packed", "one_head", "lazy"])
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+@pytest.mark.parametrize(("case", "tile"), _TILED, ids=[f"{c.id}-{_TILE_NAMES[t]}" for c, t in _TILED])
 def test_prefill_kernel_interpreted(case: Case, tile: tuple, hopper) -> None:
     table, launched = hopper
     check_against_loop(case, tile, table, launched)
