@@ -155,6 +155,8 @@ def test_decode_and_invariant_calls_keep_the_shared_kernel(monkeypatch) -> None:
     assert _planned(monkeypatch, prefill_case, split_tokens=64) == [None]
     assert _planned(monkeypatch, prefill_case, max_query_len=8) == [None]  # 8 tokens x 2 heads: 16 rows
     assert _planned(monkeypatch, prefill_case, max_query_len=40) == [prefill._CONFIGS[9][128]]
+    monkeypatch.setattr(prefill, "_MAX_GRID_Y", 3)  # 70 tokens, 64 a block: 1 + 2 + 1 slots
+    assert _planned(monkeypatch, prefill_case) == [None]
     assert _planned(monkeypatch, replace(prefill_case, dtype=FP32)) == [None]
     assert _planned(monkeypatch, replace(prefill_case, head_size=256)) == [None]
     with _config.batch_invariant(True):

@@ -11,8 +11,8 @@ pass over their ids proves them in range first); the softmax is in base 2
 with the scale applied in the same FMA that subtracts the running maximum (Triton's fused-
 attention tutorial). Rows are ``BLOCK_Q`` tokens x ``HEADS`` query heads of one kv head (the GQA
 group packed, K/V loaded once for it) or ``BLOCK_Q = BLOCK_M`` tokens of one head (``HEADS == 1``).
-Grid: axis 0 query block in reverse (long causal blocks first, short ones in the tail), axis 1 kv
-head x head group; slots, padding rows, block-table lookup and layouts as in ``paged_attention``.
+Grid: axis 0 kv head x head group, axis 1 query block in reverse (long causal blocks first, short
+ones in the tail); slots, padding rows, block-table lookup and layouts as in ``paged_attention``.
 
 Bytes moved, at most: ``sum_b cdiv(q_len_b, BLOCK_Q) * seq_len_b * Hkv * NUM_HEAD_GROUPS * (D + Dv) *
 cache_bytes`` of K/V (through L2) + ``T * Hq * (D + Dv) * q_bytes``; FLOPs ``4 * D`` per visible
@@ -53,6 +53,9 @@ _CONFIGS = {
 }
 
 
+_MAX_GRID_Y = 65535  # CUDA's limit on grid axis 1
+
+
 def _capability(device: torch.device) -> tuple[int, int] | None:
     """The device's compute capability, None off CUDA (tests and ``sass_report`` replace this)."""
     if device.type != "cuda" or pa._interpreting():
@@ -65,8 +68,9 @@ def config(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_table: T
     """This kernel's tile for a prefill-like call, None where ``paged_attention._attention_kernel``
     runs it instead: forced split-KV, float32 queries (wgmma multiplies them in tf32 only), head
     sizes above 128, scales <= 0 (the running maximum is taken before scaling), devices without a
-    table, calls whose hint ``max_query_len`` leaves fewer than 64 rows a program, and calls with
-    fewer query blocks than SMs (the shared kernel splits their keys)."""
+    table, calls whose hint ``max_query_len`` leaves fewer than 64 rows a program, calls with more
+    query slots than grid axis 1 holds, and calls with fewer query blocks than SMs (the shared
+    kernel splits their keys)."""
     if forced_split or query.dtype == torch.float32 or not scale > 0:
         return None
     capability = _capability(query.device)
@@ -79,6 +83,8 @@ def config(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_table: T
     group = num_heads // key_cache.shape[2]
     block_m, block_q, _, num_head_groups = _rows(tile, group, max_query_len)
     if block_m < min(tile[0], 64):  # short queries (speculative decoding): rows below wgmma's 64
+        return None
+    if num_tokens // block_q + block_table.shape[0] + 1 > _MAX_GRID_Y:  # query slots on grid axis 1
         return None
     busy = pa._busy_q_blocks(num_tokens, block_table.shape[0], block_q, max_query_len)
     return tile if busy * key_cache.shape[2] * num_head_groups >= pa._num_sms(query.device) else None
@@ -240,9 +246,11 @@ def _prefill_kernel(
     tl.static_assert(BLOCK_Q * HEADS <= BLOCK_M and BLOCK_Q >= 1)
     scale = tl.cast(scale, tl.float32)
     softcap = tl.cast(softcap, tl.float32)
-    pid_q = num_q_blocks - 1 - tl.program_id(0)  # last slots first: long causal blocks lead
-    kv_head = tl.program_id(1) // NUM_HEAD_GROUPS
-    head_group = tl.program_id(1) % NUM_HEAD_GROUPS
+    # heads vary fastest, query slots from the last: all heads of a sequence's longest causal
+    # blocks start first, its shortest end the launch
+    pid_q = num_q_blocks - 1 - tl.program_id(1)
+    kv_head = tl.program_id(0) // NUM_HEAD_GROUPS
+    head_group = tl.program_id(0) % NUM_HEAD_GROUPS
 
     # -- which sequence, which of its query blocks (the search of paged_attention, inline for
     #    the same reason: Inductor's analysis must not see query_start_loc as written) --
@@ -416,7 +424,7 @@ def prepare(
     lse_strides = lse.stride() if has_lse else (0, 0)
     sq, skc, svc, sbt, so = query.stride(), key_cache.stride(), value_cache.stride(), block_table.stride(), out.stride()
     attention = pa.launcher(
-        _prefill_kernel, (num_q_blocks, num_kv_heads * num_head_groups),
+        _prefill_kernel, (num_kv_heads * num_head_groups, num_q_blocks),
         scale=float(scale), softcap=float(softcap), unit=1.0,
         window_left=window_left if window_left >= 0 else unbounded,
         window_right=window_right if window_right >= 0 else unbounded,
