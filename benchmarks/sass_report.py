@@ -15,6 +15,9 @@ tensors), and the cubin is read with the ``cuobjdump`` bundled with Triton. Colu
     HGMMA     wgmma instructions (Hopper)     HMMA      mma.sync instructions
     LDGSTS    cp.async instructions (loads that go to shared memory without registers)
     LDS8      byte-wide shared-memory loads (an fp8 tile read one element per instruction)
+    instrs    SASS instructions in the kernel (all paths; a loop body counts once)
+    loop      instructions of the shortest loop body that issues MMAs: the inner key loop, one
+              key tile (the unmasked tiles' loop where a kernel has several); 0 if none
 
 ``--sweeps`` compiles every candidate of ``tune.py``'s sweeps on its shape instead. These are the
 compiler's figures, not the hardware's: the Triton and ptxas of this machine decide them, which
@@ -53,18 +56,20 @@ import tune  # noqa: E402
 from torch_paged_attn import lowering  # noqa: E402
 from torch_paged_attn.lowering.triton import mla as mla_kernel  # noqa: E402
 from torch_paged_attn.lowering.triton import paged_attention as attn_kernel  # noqa: E402
+from torch_paged_attn.lowering.triton import prefill as prefill_kernel  # noqa: E402
 
 META = torch.device("meta")
-COLUMNS = ("regs", "stack", "LDL", "STL", "smem", "HGMMA", "HMMA", "LDGSTS", "LDS8")
+COLUMNS = ("regs", "stack", "LDL", "STL", "smem", "HGMMA", "HMMA", "LDGSTS", "LDS8", "instrs", "loop")
 
 
 @contextlib.contextmanager
-def captured_launches(sms: int) -> Iterator[list]:
-    """Inside the block the Triton lowerings plan as on a GPU of ``sms`` SMs and record each
-    launch as ``(kernel, kwargs)`` in the yielded list instead of running it."""
+def captured_launches(sms: int, arch: int = 90) -> Iterator[list]:
+    """Inside the block the Triton lowerings plan as on a GPU of ``sms`` SMs and compute capability
+    ``arch`` and record each launch as ``(kernel, kwargs)`` in the yielded list instead of running it."""
     launches: list = []
     modules = (attn_kernel, mla_kernel)
-    saved = [m.launcher for m in modules], attn_kernel._num_sms
+    saved = [m.launcher for m in modules], attn_kernel._num_sms, prefill_kernel._capability
+    prefill_kernel._capability = lambda device: divmod(arch, 10)
     for m in modules:
         m.launcher = lambda kernel, grid, **constants: (
             lambda like, **tensors: launches.append((kernel, {**tensors, **constants}))
@@ -77,6 +82,7 @@ def captured_launches(sms: int) -> Iterator[list]:
         for m, launcher in zip(modules, saved[0]):
             m.launcher = launcher
         attn_kernel._num_sms = saved[1]
+        prefill_kernel._capability = saved[2]
         lowering._CHOICES.clear()
 
 
@@ -153,14 +159,21 @@ def compile_launch(kernel, kwargs: dict, arch: int) -> dict:
         return len(re.findall(pattern, sass))
 
     field = lambda name: int(re.search(rf"{name}:(\d+)", usage).group(1))  # noqa: E731
+    # (address, instruction) pairs; a loop is a branch back to a lower address
+    code = [(int(a, 16), text) for a, text in re.findall(r"(?m)^\s+/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
+    back = [(int(m.group(1), 16), addr) for addr, text in code
+            if (m := re.search(r"\bBRA\b.*?0x([0-9a-f]+)", text)) and int(m.group(1), 16) < addr]
+    loops = [[text for a, text in code if top <= a <= bottom] for top, bottom in back]
+    mma_loops = [len(body) for body in loops if any(re.search(r"\bHG?MMA\.", t) for t in body)]
     return dict(regs=field("REG"), stack=field("STACK"), LDL=count(r"\bLDL\b"), STL=count(r"\bSTL\b"),
                 smem=compiled.metadata.shared, HGMMA=count(r"\bHGMMA\."), HMMA=count(r"\bHMMA\."),
-                LDGSTS=count(r"\bLDGSTS\b"), LDS8=count(r"\bLDS\.U8\b"))
+                LDGSTS=count(r"\bLDGSTS\b"), LDS8=count(r"\bLDS\.U8\b"),
+                instrs=len(code), loop=min(mma_loops, default=0))
 
 
 def report(name: str, s, plan, args) -> list[dict]:
     rows = []
-    with captured_launches(args.sms) as launches:
+    with captured_launches(args.sms, args.arch) as launches:
         plan(s)
     for kernel, kwargs in launches:
         label = f"{name} {kernel.__name__} (warps {kwargs.get('num_warps')}, stages {kwargs.get('num_stages')})"

@@ -4,8 +4,9 @@
     python benchmarks/tune.py --device cpu --tiny         # smoke run, interpreter-free check
 
 Each sweep takes one shape of ``benchmarks/paged_attention.py`` or ``benchmarks/mla_decode.py``
-and one entry of a kernel's configuration table (``_DECODE_CONFIGS`` of the paged attention
-kernel, ``_CONFIGS`` of the MLA kernel, or the batch-invariant split size), replaces the entry by
+and one entry of a kernel's configuration table (``_DECODE_CONFIGS`` / ``_PREFILL_CONFIGS`` of the
+paged attention kernel, ``_CONFIGS`` of the Hopper prefill kernel or of the MLA kernel, or the
+batch-invariant split size), replaces the entry by
 each candidate in turn, and times the public op exactly as the benchmarks do (CUDA-graph replay,
 median) against the copy bandwidth measured in the same run. A candidate the compiler refuses
 (shared memory, registers) prints its error instead of a time. The table is sorted fastest
@@ -35,6 +36,7 @@ import torch_paged_attn as tpa  # noqa: E402
 from torch_paged_attn import lowering  # noqa: E402
 from torch_paged_attn.lowering.triton import mla as mla_kernel  # noqa: E402
 from torch_paged_attn.lowering.triton import paged_attention as attn_kernel  # noqa: E402
+from torch_paged_attn.lowering.triton import prefill as prefill_kernel  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -46,11 +48,23 @@ class Sweep:
     key: int
     candidates: tuple
     batch_invariant: bool = False
+    hopper_prefill: bool = True  # False: the Hopper prefill kernel off (the shared kernel's prefill tiles)
 
 
 _ATTN_DECODE = attn_kernel._DECODE_CONFIGS  # (BLOCK_M, TILE_N, warps, stages, programs per SM)
 _ATTN_PREFILL = attn_kernel._PREFILL_CONFIGS
-# prefill and chunked prefill (D 128) sweep the same tiles
+# The Hopper prefill kernel's sm_90 tiles (BLOCK_M, TILE_N, warps, stages, PACK_HEADS, LAZY_RESCALE):
+# packed GQA rows and one-head rows, eager and lazy rescaling; prefill and chunked prefill (D 128)
+# sweep the same tiles. TILE_N 128 is left out: it spills on sm_90 (144-176 B of stack, Triton 3.6);
+# TILE_N 32 runs lazy only: eager, Triton 3.6's ptxas crashed on it (SIGSEGV, sass_report, 2026-11-23).
+# (64, 64, 4, 2): 241 registers and 80 KiB a program, so two programs (one warpgroup each) share an
+# SM and one's softmax can overlap the other's wgmma; the two warpgroups of an 8-warp program meet
+# at two barriers a tile.
+_HOPPER_PREFILL = prefill_kernel._CONFIGS[9]
+_HOPPER_TILES = tuple((*tile, lazy) for lazy in (False, True) for tile in (
+    (128, 64, 8, 3, True), (128, 64, 8, 2, True), (128, 64, 8, 4, True), (128, 64, 8, 3, False),
+    (128, 64, 8, 2, False), (64, 64, 4, 3, True), (64, 64, 4, 2, True))) + ((128, 32, 8, 4, True, True),)
+# the shared kernel's prefill tiles (other architectures, D 256, fp32), run with the Hopper kernel off
 _PREFILL_TILES = (
     (128, 64, 8, 3, 1), (128, 64, 8, 2, 1), (128, 128, 8, 2, 1), (128, 128, 8, 3, 1), (128, 32, 8, 4, 1),
     (128, 64, 4, 3, 1), (64, 64, 4, 3, 2), (64, 128, 4, 2, 2))
@@ -69,8 +83,11 @@ SWEEPS = {
     "attn_b1": Sweep("decode_B1_ctx32768", _ATTN_DECODE, 128, (
         (16, 128, 4, 2, 2), (16, 128, 4, 2, 1), (16, 128, 4, 2, 3), (16, 128, 4, 2, 4), (16, 64, 4, 3, 2),
         (16, 64, 4, 3, 4), (16, 128, 4, 3, 2), (16, 256, 4, 2, 2))),
-    "attn_prefill": Sweep("prefill_B4_q2048", _ATTN_PREFILL, 128, _PREFILL_TILES),
-    "attn_chunked": Sweep("chunked_prefill_B4_q512_ctx4096", _ATTN_PREFILL, 128, _PREFILL_TILES),
+    "attn_prefill": Sweep("prefill_B4_q2048", _HOPPER_PREFILL, 128, _HOPPER_TILES),
+    "attn_chunked": Sweep("chunked_prefill_B4_q512_ctx4096", _HOPPER_PREFILL, 128, _HOPPER_TILES),
+    "attn_prefill_shared": Sweep("prefill_B4_q2048", _ATTN_PREFILL, 128, _PREFILL_TILES, hopper_prefill=False),
+    "attn_chunked_shared": Sweep("chunked_prefill_B4_q512_ctx4096", _ATTN_PREFILL, 128, _PREFILL_TILES,
+                                 hopper_prefill=False),
     "invariant_B64": Sweep("decode_B64_ctx4096", None, 0, (1024, 2048, 4096), batch_invariant=True),
     "invariant_B8": Sweep("decode_B8_ctx8192_Hq64", None, 0, (1024, 2048, 4096), batch_invariant=True),
     "mla_h16": Sweep("B128_ctx4096_H16", _MLA, 16, _scores(False, (
@@ -98,10 +115,14 @@ def _candidate(sweep: Sweep, value) -> Iterator[None]:
     with the ops' remembered plans dropped on entry and exit (a plan keeps the tiles it was made
     with: ``lowering.plan``)."""
     lowering._CHOICES.clear()
+    hopper = dict(prefill_kernel._CONFIGS)
+    if not sweep.hopper_prefill:
+        prefill_kernel._CONFIGS.clear()
     try:
         with _set(sweep, value):
             yield
     finally:
+        prefill_kernel._CONFIGS.update(hopper)
         lowering._CHOICES.clear()
 
 

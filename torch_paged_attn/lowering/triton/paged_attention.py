@@ -49,6 +49,8 @@ _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 # 8 warps 62.7, 63.2, 62.0. D 64 (and unmeasured 16/32): TILE_N 256 91.8 vs 128 73.4 (B64x4096).
 # D 256: 101.0. fp8 e4m3 B64x4096: 62.6 % (TILE_N 256: 49.1), before the values were converted in
 # their load layout (``_fp8_to_fp16``: 255 -> 168 registers on sm_90; not yet measured).
+# Prefill-like calls on compute capability 9.x with D, Dv <= 128 run ``prefill.py``'s kernel (its
+# own table); this one keeps the rest (other GPUs, D 256, fp32, forced splits, few query blocks).
 # Prefill, 4 x 2048 causal / 4 x 512 on 4096 keys, TFLOP/s: (128, 64, 8 warps, 3 stages) 246 / 292,
 # 2 stages 239 / 250, (128, 32, 4, 3) 194 / 253, (64, 64, 4, 3) 197 / 226, TILE_N 128: 170 / 230.
 _DECODE_CONFIGS = {
@@ -660,6 +662,18 @@ def prepare_paged_attention(
     if invariant and split_tokens is None:
         split_tokens = _INVARIANT_SPLIT_TOKENS
     decode = invariant or max_query_len == 1 or (max_query_len < 0 and num_tokens <= num_seqs)
+    if not decode:  # prefill-like: the Hopper prefill kernel where its table has a tile
+        from . import prefill  # imports this module
+
+        tile = prefill.config(query, key_cache, value_cache, block_table, scale, forced_split is not None,
+                              max_query_len)
+        if tile is not None:
+            return prefill.prepare(
+                query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, lse, tile,
+                scale=scale, causal=causal, window_left=window_left, window_right=window_right, softcap=softcap,
+                alibi_slopes=alibi_slopes, sinks=sinks, attention_chunk_size=attention_chunk_size,
+                max_query_len=max_query_len,
+            )
     d_pad, dv_pad = _pad(head_size), _pad(head_size_v)
     configs = _DECODE_CONFIGS if decode else _PREFILL_CONFIGS
     if decode and key_cache.dtype in _FP8:

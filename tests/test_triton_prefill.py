@@ -1,0 +1,275 @@
+"""The Hopper prefill kernel (``lowering/triton/prefill.py``) against the float64 loop.
+
+The interpreter tier makes the planner take the prefill kernel on the CPU (its capability lookup
+answers 9.0 and every tile table entry is shrunk to tiny shapes, both packed and one-head rows),
+then checks tiny cases of every feature against ``tests/_loop.py`` with the budget of the
+reference's own error (``assert_close``); outputs and LSEs are NaN-poisoned, caches hold NaN in
+uncovered slots and garbage past each sequence's blocks (``make_paged_batch``). The GPU tier
+checks that an sm_90 device plans the kernel for the benchmark's prefill shapes, and that the
+decode path and batch-invariant mode never take it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import zlib
+from dataclasses import replace
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+import _loop as loop  # noqa: E402
+from test_triton_paged_attention import (  # noqa: E402
+    BF16, FP16, FP32, Case, _fuzz_case, _fuzz_family, check_against_reference, make_inputs, run_triton,
+)
+
+import torch_paged_attn  # noqa: E402  (registers the ops)
+from torch_paged_attn import _config  # noqa: E402
+from torch_paged_attn.lowering import reference  # noqa: E402
+from torch_paged_attn.lowering.triton import paged_attention as tpa  # noqa: E402
+from torch_paged_attn.lowering.triton import prefill  # noqa: E402
+from torch_paged_attn.testing import assert_close, make_paged_batch  # noqa: E402
+
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+_CUDA = torch.cuda.is_available() and not _INTERPRET
+interpreter_tier = pytest.mark.skipif(not _INTERPRET, reason="needs TRITON_INTERPRET=1")
+gpu_tier = pytest.mark.skipif(not _CUDA, reason="needs CUDA (and TRITON_INTERPRET unset)")
+
+# Tiles small enough for the interpreter: (BLOCK_M, TILE_N, warps, stages, PACK_HEADS, LAZY_RESCALE).
+PACKED, ONE_HEAD, LAZY = (16, 16, 4, 1, True, False), (16, 32, 4, 1, False, False), (32, 16, 4, 1, True, True)
+
+
+@pytest.fixture
+def hopper(monkeypatch):
+    """The planner as on an sm_90 device, every head size on the tile the test sets."""
+    table = {d: PACKED for d in (16, 32, 64, 128)}
+    monkeypatch.setattr(prefill, "_capability", lambda device: (9, 0))
+    monkeypatch.setitem(prefill._CONFIGS, 9, table)
+    launched = []
+    real = prefill.prepare
+
+    def spy(*args, **kw):
+        launched.append(args[8])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(prefill, "prepare", spy)
+    return table, launched
+
+
+def check_against_loop(case: Case, tile: tuple, table: dict, launched: list, score_gain: float = 1.0,
+                       device: str = "cpu") -> None:
+    for d in table:
+        table[d] = tile
+    batch, options = make_inputs(case, device, zlib.crc32(case.id.encode()))
+    options["scale"] *= score_gain
+    out, lse = run_triton(batch, options, with_lse=case.with_lse, max_query_len=max(case.q_lens) if case.hint else -1)
+    assert launched and launched[-1] == tile, "the prefill kernel did not run"
+    if device != "cpu":  # GPU sizes: the reference on the float32 upcast (checked against the loop elsewhere)
+        check_against_reference(batch, options, out, lse, case.dtype)
+        return
+    truth_out, truth_lse = loop.paged_attention(*batch.args(), **options)
+    ref_out, ref_lse = reference.attention(*batch.args(), **options)
+    assert_close(out, truth_out, dtype=case.dtype, reference=ref_out, name="out")
+    if lse is not None:
+        assert_close(lse, truth_lse, dtype=case.dtype, reference=ref_lse, name="lse")
+
+
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+CASES = [
+    # ragged prefill + chunked prefill, an empty sequence, padding rows; kv_len in {0, 1, BS-1, BS, BS+1}
+    Case((7, 20, 0, 5, 1), (7, 60, 0, 21, 17), pad_tokens=3),
+    Case((33, 2), (33, 40), num_heads=8, num_kv_heads=2, block_size=32),  # GQA 4, diagonal across tiles
+    Case((19,), (50,), causal=False, num_heads=3, num_kv_heads=3, block_size=64),  # MHA, non-causal
+    Case((18, 5), (70, 5), window=(9, 2), causal=False),
+    Case((18, 5), (70, 40), window=(20, -1), with_lse=False),
+    Case((20, 6), (52, 30), chunk=16, causal=False, num_heads=4, num_kv_heads=1),
+    Case((20,), (52,), chunk=13, window=(17, 0), causal=True, dtype=FP16),
+    Case((9, 12), (40, 12), softcap=4.0, alibi=True, sinks=True, pad_tokens=2),
+    Case((9, 12), (40, 0), sinks=True, dtype=FP16),
+    Case((10, 4), (45, 20), cache_dtype=E4M3, sinks=True),
+    Case((10,), (45,), cache_dtype=E5M2, dtype=FP16, softcap=3.0),
+    Case((12, 3), (30, 17), head_size=40, head_size_v=24, block_size=24, num_heads=6, num_kv_heads=2),
+    Case((12, 3), (30, 17), hint=True, strided="hnd"),
+]
+
+
+# lazy rescaling on the cases whose running state starts or ends unusually (empty rows, sinks)
+_TILED = [(c, t) for c in CASES for t in (PACKED, ONE_HEAD)] + [(c, LAZY) for c in (CASES[0], CASES[7], CASES[8])]
+_TILE_NAMES = {PACKED: "packed", ONE_HEAD: "one_head", LAZY: "lazy"}
+
+
+@interpreter_tier
+@pytest.mark.parametrize(("case", "tile"), _TILED, ids=[f"{c.id}-{_TILE_NAMES[t]}" for c, t in _TILED])
+def test_prefill_kernel_interpreted(case: Case, tile: tuple, hopper) -> None:
+    table, launched = hopper
+    check_against_loop(case, tile, table, launched)
+
+
+@interpreter_tier
+@pytest.mark.parametrize("tile", [PACKED, LAZY], ids=["eager", "lazy"])
+def test_prefill_kernel_large_scores_interpreted(tile: tuple, hopper) -> None:
+    """Scores of standard deviation ~12 (log2 units ~17): the running max grows past the lazy
+    threshold (8) on later tiles too, not only on the first."""
+    table, launched = hopper
+    check_against_loop(Case((40, 7), (90, 30), num_heads=8, num_kv_heads=2), tile, table, launched, score_gain=12.0)
+
+
+@interpreter_tier
+def test_prefill_kernel_bad_block_ids_interpreted(hopper) -> None:
+    """Block ids outside [0, NB) hide their keys, as in the reference (and the shared kernel)."""
+    from test_triton_paged_attention import _bad_block_ids, check_against_reference
+
+    table, launched = hopper
+    case = Case((9, 3, 12), (100, 50, 64), block_size=8, sinks=True)
+    batch, options = make_inputs(case, "cpu", seed=11)
+    _bad_block_ids(batch)
+    out, lse = run_triton(batch, options)
+    assert launched, "the prefill kernel did not run"
+    assert torch.isfinite(out).all() and not torch.isnan(lse).any()
+    check_against_reference(batch, options, out, lse, case.dtype)
+
+
+def _planned(monkeypatch, case: Case, **kw) -> list:
+    """The tiles the prefill planner returned for ``case`` (planning on the CPU as on sm_90)."""
+    monkeypatch.setattr(prefill, "_capability", lambda device: (9, 0))
+    seen = []
+    real = prefill.config
+    monkeypatch.setattr(prefill, "config", lambda *a: seen.append(real(*a)) or seen[-1])
+    monkeypatch.setattr(prefill, "prepare", lambda *a, **k: (lambda *args: None))
+    batch, options = make_inputs(case, "cpu", seed=1)
+    out = torch.empty_like(batch.query)
+    tpa.prepare_paged_attention(*batch.args(), out, None, **options, **kw)
+    return seen
+
+
+def test_decode_and_invariant_calls_keep_the_shared_kernel(monkeypatch) -> None:
+    """Decode calls (one query token each, or the hint 1), batch-invariant mode, forced splits and
+    float32 queries never reach the prefill kernel; a bf16 prefill call does."""
+    prefill_case = Case((40, 30), (40, 90), head_size=128)
+    assert _planned(monkeypatch, prefill_case) == [prefill._CONFIGS[9][128]]
+    assert _planned(monkeypatch, Case((1, 1), (40, 90), head_size=128)) == []
+    assert _planned(monkeypatch, prefill_case, max_query_len=1) == []
+    assert _planned(monkeypatch, prefill_case, split_tokens=64) == [None]
+    assert _planned(monkeypatch, prefill_case, max_query_len=8) == [None]  # 8 tokens x 2 heads: 16 rows
+    assert _planned(monkeypatch, prefill_case, max_query_len=40) == [prefill._CONFIGS[9][128]]
+    monkeypatch.setattr(prefill, "_MAX_GRID_Y", 3)  # 70 tokens, 64 a block: 1 + 2 + 1 slots
+    assert _planned(monkeypatch, prefill_case) == [None]
+    assert _planned(monkeypatch, replace(prefill_case, dtype=FP32)) == [None]
+    assert _planned(monkeypatch, replace(prefill_case, head_size=256)) == [None]
+    with _config.batch_invariant(True):
+        assert _planned(monkeypatch, prefill_case) == []
+
+
+@gpu_tier
+def test_sm90_plans_prefill_kernel_cuda(monkeypatch) -> None:
+    """On sm_90 the benchmark's prefill shapes plan this kernel; elsewhere the shared one."""
+    case = Case((512, 512), (4096, 4608), num_heads=32, num_kv_heads=8, head_size=128)
+    seen = []
+    real = prefill.config
+    monkeypatch.setattr(prefill, "config", lambda *a: seen.append(real(*a)) or seen[-1])
+    batch, options = make_inputs(case, "cuda", seed=2)
+    out, lse = run_triton(batch, options)
+    major = torch.cuda.get_device_capability()[0]
+    assert seen == [prefill._CONFIGS[major][128] if major in prefill._CONFIGS else None]
+    truth_out, truth_lse = reference.attention(batch.query.float(), *batch.args()[1:], **options)
+    ref_out, ref_lse = reference.attention(*batch.args(), **options)
+    assert_close(out, truth_out, dtype=BF16, reference=ref_out, name="out")
+    assert_close(lse, truth_lse, dtype=BF16, reference=ref_lse, name="lse")
+
+
+# -- GPU tier: the kernel on the device, every call prefill-like taken by it -----------------------
+
+@pytest.fixture
+def sm90_everywhere(monkeypatch):
+    """On an sm_90 device, the prefill kernel for every prefill-like call (one SM planned, so no
+    call falls back for having few query blocks)."""
+    if torch.cuda.get_device_capability()[0] not in prefill._CONFIGS:
+        pytest.skip("no prefill kernel table for this GPU")
+    monkeypatch.setattr(tpa, "_num_sms", lambda device: 1)
+    launched = []
+    real = prefill.prepare
+    monkeypatch.setattr(prefill, "prepare", lambda *a, **k: launched.append(a[8]) or real(*a, **k))
+    return launched
+
+
+# each candidate of tune.py's attn_prefill sweep kind: the table's, stages, one-head rows, lazy
+_GPU_TILES = [(128, 64, 8, 3, True, False), (128, 64, 8, 2, True, False), (128, 64, 8, 3, False, False),
+              (128, 64, 8, 3, True, True), (64, 64, 4, 2, True, False), (128, 32, 8, 4, True, True)]
+
+
+@gpu_tier
+@pytest.mark.parametrize("tile", _GPU_TILES, ids=str)
+@pytest.mark.parametrize("case", CASES + [Case((300, 170), (300, 900), num_heads=32, num_kv_heads=8, head_size=128)],
+                         ids=lambda c: c.id)
+def test_prefill_kernel_cuda(case: Case, tile: tuple, sm90_everywhere, monkeypatch) -> None:
+    table = dict(prefill._CONFIGS[torch.cuda.get_device_capability()[0]])
+    monkeypatch.setitem(prefill._CONFIGS, torch.cuda.get_device_capability()[0], table)
+    check_against_loop(case, tile, table, sm90_everywhere, device="cuda")
+
+
+@gpu_tier
+@pytest.mark.fuzz
+@pytest.mark.parametrize("family", range(20))
+def test_prefill_kernel_fuzz_cuda(family: int, sm90_everywhere) -> None:
+    """1,000 prefill-like configurations (seeds 100000 + 50 f ..) through the prefill kernel."""
+    f = _fuzz_family(random.Random(100000 + family))
+    f.update(decode=False, split=None, head_size=min(f["head_size"], 128))
+    f["dtype"] = BF16 if f["dtype"] == FP32 else f["dtype"]
+    for draw in range(50):
+        seed = 100000 + family * 50 + draw
+        case = _fuzz_case(f, random.Random(seed))
+        batch, options = make_inputs(case, "cuda", seed)
+        out, lse = run_triton(batch, options, with_lse=case.with_lse,
+                              max_query_len=max(case.q_lens) if case.hint else -1)
+        try:
+            check_against_reference(batch, options, out, lse, case.dtype)
+        except AssertionError as e:
+            raise AssertionError(f"fuzz seed {seed}: {case.id}: {e}") from e
+
+
+@gpu_tier
+def test_prefill_kernel_cuda_graph_and_compile(sm90_everywhere) -> None:
+    """Captured once (no host sync), replayed on new lengths of the same shapes; the public op
+    under torch.compile(fullgraph=True) gives the eager bits."""
+    kw = dict(num_heads=8, num_kv_heads=2, head_size=128, dtype=BF16, device="cuda", max_blocks=80)
+
+    def batch(seed, q_lens, kv_lens):  # the same shapes whatever the lengths: 400 rows, 400 blocks
+        used = sum(-(-n // 16) for n in kv_lens)
+        return make_paged_batch(q_lens, kv_lens, seed=seed, pad_tokens=400 - sum(q_lens), extra_blocks=400 - used,
+                                **kw)
+
+    static = batch(0, [100, 37, 200, 1], [900, 37, 260, 1200])
+    options = dict(scale=0.09, causal=True, window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=None,
+                   sinks=None, k_scale=None, v_scale=None, attention_chunk_size=0)
+    out = torch.full((400, 8, 128), float("nan"), dtype=BF16, device="cuda")
+    lse = torch.full((400, 8), float("nan"), device="cuda")
+    tpa.paged_attention(*static.args(), out, lse, **options)  # compile outside the capture
+    assert sm90_everywhere, "the prefill kernel did not run"
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            tpa.paged_attention(*static.args(), out, lse, **options)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for seed, q_lens, kv_lens in ((1, [3, 300, 0, 90], [30, 1270, 0, 95]), (2, [1, 1, 1, 1], [1, 2, 3, 1100])):
+        new = batch(seed, q_lens, kv_lens)
+        for dst, src in zip(static.args(), new.args()):
+            dst.copy_(src)
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        graph.replay()
+        check_against_reference(static, options, out, lse, BF16)
+
+    public = {k: v for k, v in options.items() if k not in ("k_scale", "v_scale")}
+
+    def functional(q, kc, vc, bt, sl, qsl):
+        return torch_paged_attn.paged_attention(q, kc, vc, bt, sl, qsl, return_lse=True, **public)
+
+    eager = functional(*static.args())
+    compiled = torch.compile(functional, fullgraph=True)(*static.args())
+    assert torch.equal(eager[0], compiled[0]) and torch.equal(eager[1], compiled[1])
