@@ -426,9 +426,11 @@ def prepare(
     attention = pa.launcher(
         _prefill_kernel, (num_kv_heads * num_head_groups, num_q_blocks),
         scale=float(scale), softcap=float(softcap), unit=1.0,
-        window_left=window_left if window_left >= 0 else unbounded,
-        window_right=window_right if window_right >= 0 else unbounded,
-        chunk_size=max(attention_chunk_size, 1),
+        # as in the shared kernel: a window side or chunk of 2^29 or more is the same as 2^29
+        # (positions < 2^28), so int32 arithmetic on positions plus these stays below 2^30
+        window_left=window_left if 0 <= window_left < unbounded else unbounded,
+        window_right=window_right if 0 <= window_right < unbounded else unbounded,
+        chunk_size=min(max(attention_chunk_size, 1), unbounded),
         num_tokens=num_tokens, num_seqs=num_seqs, num_blocks=num_blocks, max_blocks=max_blocks,
         num_q_blocks=num_q_blocks,
         stride_q_tok=sq[0], stride_q_head=sq[1],
