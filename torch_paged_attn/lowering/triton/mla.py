@@ -3,8 +3,9 @@
 FlashAttention-2's online softmax over a paged latent cache, W_UK absorbed into the query (as
 FlashMLA and vLLM compute it): every head attends to the same row ``[c | k_pe]`` (latent L + rope
 R) and the latent is the value too, so one load of a row serves both products. The latent is
-tiled in two halves of ``L_PAD / 2`` columns (256 of 512): two score dots, and two [M, L/2]
-accumulators for P @ c, each dot N = 256 wide (the widest Hopper wgmma)::
+tiled in two halves of ``L_PAD / 2`` columns (256 of 512): three score dots (latent halves, rope;
+formed as ``_CONFIGS``' SCORES says), and two [M, L/2] accumulators for P @ c, each dot N = 256
+wide (the widest Hopper wgmma)::
 
     s = scale * (q_lo @ c_lo^T + q_hi @ c_hi^T + q_rope @ k_pe^T)     [M, TILE_N]
     acc_lo += softmax_step(s) @ c_lo;   acc_hi += ... @ c_hi          [M, L/2] each
@@ -62,7 +63,7 @@ _QUERY_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 # BLOCK_M 16 (H16, B128 x 4096): (64, 4, 2, 2) 86.7, (32, 4, 3, 2) 84.6, (64, 4, 2, 4) 82.8,
 #   (64, 4, 3, 2) 73.7, (128, 8, 2, 2) 72.1, (64, 8, 2, 2) 60.5, (64, 4, 2, 1) 51.3 (no split:
 #   one program per SM cannot keep enough loads in flight).
-# BLOCK_M 64 (H128, B64 x 4096): (64, 8, 2, 1) 20.7, (32, 8, 3, 1) 17.3, (64, 8, 1, 1) 16.0,
+# BLOCK_M 64 (H128, B64 x 4096; scores "rows", below): (64, 8, 2, 1) 20.7, (32, 8, 3, 1) 17.3, (64, 8, 1, 1) 16.0,
 #   (32, 8, 2, 1) 15.0, (32, 8, 2, 2) 14.5, (16, 8, 3, 1) 11.2, (32, 4, 2, 1) 7.5.
 # BLOCK_M 32 (H32, or H16 with 2 speculative tokens), MTP B64 x 4096 H16, H100 (copy 2959-2974
 #   GB/s, 2026-11-23): (32, 4, 3, 2) 69.7 / 68.0, (16, 4, 4, 2) 63.7, (32, 4, 2, 2) 63.0 / 62.0,
@@ -71,17 +72,31 @@ _QUERY_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 #   unexplained; the two [32, 256] float32 accumulators alone take 128 registers a thread at 4 warps.
 # BLOCK_M 16 on B32 x 8192 H16, same H100 run: (64, 4, 2, 2) 84.8, (32, 4, 3, 2) 84.3, (64, 4, 2,
 #   4) 77.2; more splits (4-8 programs per SM) only add partial-state traffic.
-# The fifth entry, SCORES_T: the score dots computed as keys x rows ([TILE_N, BLOCK_M]) and
-# transposed. For chained dots Triton 3.6 puts every warp along M when M >= N (sm_90, mma.sync):
-# a [32, 32] score tile on 4 warps is then computed twice (warps [4, 1], 16 rows each). Transposed,
-# the score dots take the value dots' warps ([1, 4]): MTP B64 x 4096 H16, sm_90, Triton 3.6
-# (benchmarks/sass_report.py): 208 -> 136 mma.sync, 3200 -> 2960 instructions per program, the
-# same 255 registers, 8-byte stack and shared memory. Not yet timed on a GPU. With wgmma (H128)
-# it spills (24 -> 208-byte stack), and [16, TILE_N >= 32] tiles put the warps along N already.
+# The fifth entry, SCORES, how the three score dots (latent halves, rope) are formed:
+# "rows": rows x keys ([BLOCK_M, TILE_N]), chained through one accumulator. For a dot whose
+#   result reaches another dot, Triton 3.6 puts every warp along M (mma.sync: when M >= N; wgmma:
+#   always), so a [32, 32] tile on 4 warps or a [64, TILE_N] tile on 8 warps (two warpgroups of
+#   64 rows each) is computed twice.
+# "keys": keys x rows ([TILE_N, BLOCK_M]), transposed after: the score dots take the value dots'
+#   warps ([1, 4]). MTP B64 x 4096 H16, sm_90, Triton 3.6 (benchmarks/sass_report.py): 208 -> 136
+#   mma.sync, 3200 -> 2960 instructions per program, the same 255 registers, 8-byte stack and
+#   shared memory. Not yet timed on a GPU. With wgmma (H128) it spills (24 -> 208-byte stack).
+# "split": rows x keys, three dots from zero, each scaled, then summed (the scaling keeps Triton
+#   from folding the sums back into a chain). With the causal mask's branch between the scores
+#   and the P @ c dots, no score dot reaches another dot, and on wgmma the two warpgroups split
+#   the keys (warps [4, 2]) instead of both computing all of them. H128 B64 x 4096, sm_90,
+#   Triton 3.6 (results/sass-sm90-triton3.6-2026-11-23-d-mla): 76 -> 44 wgmma per 64 keys, the
+#   [64, 64] score tile's layout conversion gone, stack 24 -> 0 bytes (B1 x 32768, split-KV:
+#   72 -> 48). Not yet timed on a GPU. On mma.sync tiles (H16, MTP, fp8) it gains nothing (the
+#   same mma.sync count, more registers), so they keep "rows" / "keys". Non-causal calls have no
+#   branch there: every score dot stays chained and "split" only adds registers (H128: 80 wgmma
+#   either way, 136- against 80-byte stack), so they run "rows". A mask branch taken only by
+#   tiles with an invalid key (a reduction of the key mask) parts them too, but spills (causal:
+#   0 -> 224-byte stack).
 _CONFIGS = {
-    16: (64, 4, 2, 2, False),
-    32: (32, 4, 3, 2, True),
-    64: (64, 8, 2, 1, False),
+    16: (64, 4, 2, 2, "rows"),
+    32: (32, 4, 3, 2, "keys"),
+    64: (64, 8, 2, 1, "split"),
 }
 # fp8 caches (bf16 queries, fp16 dots), BLOCK_M 16, B128 x 4096 H16, H200, before the latent tiles
 # were converted in their load layout (``_fp8_to_fp16``): (32, 4, 3, 4) 26.5 % of copy, (64, 4, 2,
@@ -90,7 +105,7 @@ _CONFIGS = {
 # 56-byte stack on sm_90). Converted in place, the fp16 tile is staged in shared memory: (32, 4, 3)
 # needs 118 KiB (one program per SM where 4 were planned), (32, 4, 2) 100 KiB and 224 registers,
 # two programs per SM; not yet measured (``tune.py --sweeps mla_fp8``).
-_FP8_CONFIGS = {**_CONFIGS, 16: (32, 4, 2, 2, False)}
+_FP8_CONFIGS = {**_CONFIGS, 16: (32, 4, 2, 2, "rows")}
 # Heads one program holds (the M dimension of the dots is at most 64 rows).
 _MAX_HEADS_PER_PROGRAM = 64
 _MAX_BLOCK_M = 64
@@ -147,11 +162,12 @@ def _mla_kernel(
     DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
     MERGE_GROUP: tl.constexpr,  # splits the combine kernel loads at once
     ONE_SPLIT: tl.constexpr,  # at most one split, merged in the program (no workspace)
-    SCORES_T: tl.constexpr,  # the score dots as keys x rows, transposed after
+    SCORES: tl.constexpr,  # "rows": rows x keys, chained; "keys": keys x rows, transposed; "split"
 ):
     tl.static_assert(BLOCK_M >= 16 and TILE_N >= 16 and L_HALF >= 16 and R_PAD >= 16)
     tl.static_assert(L_HALF < LATENT and LATENT <= 2 * L_HALF)  # the first half is all latent
     tl.static_assert(BLOCK_Q * HEADS <= BLOCK_M and BLOCK_Q >= 1)
+    tl.static_assert(SCORES == "rows" or SCORES == "keys" or SCORES == "split")
     scale = tl.cast(scale, tl.float32)
     pid_q = tl.program_id(0)
     head_group = tl.program_id(1)
@@ -278,10 +294,15 @@ def _mla_kernel(
             c_lo, c_hi, k_pe = c_lo.to(q_lo.dtype), c_hi.to(q_lo.dtype), k_pe.to(q_lo.dtype)
 
             # -- scores (log2 domain): [BLOCK_M, TILE_N] --
-            if SCORES_T:
+            if SCORES == "keys":
                 s = _dot(c_lo, tl.trans(q_lo), None, DOT_PRECISION, DOT_UPCAST)
                 s = _dot(c_hi, tl.trans(q_hi), s, DOT_PRECISION, DOT_UPCAST)
                 s = tl.trans(_dot(k_pe, tl.trans(q_rope), s, DOT_PRECISION, DOT_UPCAST)) * qk_scale
+            elif SCORES == "split":
+                s_lo = _dot(q_lo, tl.trans(c_lo), None, DOT_PRECISION, DOT_UPCAST)
+                s_hi = _dot(q_hi, tl.trans(c_hi), None, DOT_PRECISION, DOT_UPCAST)
+                s_pe = _dot(q_rope, tl.trans(k_pe), None, DOT_PRECISION, DOT_UPCAST)
+                s = (s_lo * qk_scale + s_hi * qk_scale) + s_pe * qk_scale
             else:
                 s = _dot(q_lo, tl.trans(c_lo), None, DOT_PRECISION, DOT_UPCAST)
                 s = _dot(q_hi, tl.trans(c_hi), s, DOT_PRECISION, DOT_UPCAST)
@@ -383,7 +404,9 @@ def prepare_mla_decode(
     block_m = max(16, next_power_of_2(heads * block_q))
     block_q = block_m // heads if block_q > 1 else 1
     is_fp8 = kv_cache.dtype in _FP8
-    tile_n, num_warps, num_stages, programs_per_sm, scores_t = (_FP8_CONFIGS if is_fp8 else _CONFIGS)[block_m]
+    tile_n, num_warps, num_stages, programs_per_sm, scores = (_FP8_CONFIGS if is_fp8 else _CONFIGS)[block_m]
+    if scores == "split" and not causal:  # no mask branch to part the dots (_CONFIGS): chained is cheaper
+        scores = "rows"
     num_q_blocks = num_tokens // block_q + num_seqs + 1
     busy_q_blocks = _busy_q_blocks(num_tokens, num_seqs, block_q, max_query_len)
     split_tokens, num_splits, write_partial = _plan_splits(
@@ -420,7 +443,7 @@ def prepare_mla_decode(
         DOT_UPCAST=q_latent.dtype == torch.bfloat16 and _interpreted(),
         MERGE_GROUP=1 if split_tokens == _NO_SPLIT else _MERGE_GROUP,
         ONE_SPLIT=split_tokens == _NO_SPLIT and not write_partial,
-        SCORES_T=scores_t,
+        SCORES=scores,
         num_warps=num_warps, num_stages=num_stages,
     )
     l_pad = _pad(latent)
