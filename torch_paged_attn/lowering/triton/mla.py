@@ -299,7 +299,8 @@ def _mla_kernel(
                 page = next_page
                 next_page = _load_page_id(bt_row, stride_bt_block, start + TILE_N, seq_len, max_blocks, BLOCK_SIZE)
                 page_ok = (page >= 0) & (page < num_blocks)  # -1: past the sequence or the table
-                key_ok = tl.where(page_ok, offs_n < seq_len, False)  # (the interpreter mistypes a & here)
+                # a select, not &: Triton's interpreter types (bool scalar & bool vector) as int
+                key_ok = tl.where(page_ok, offs_n < seq_len, False)
                 page = tl.where(page_ok, page, 0).to(tl.int64)
                 slot = tl.zeros([], tl.int64) + start % BLOCK_SIZE  # int64 before the product
                 tile_ptr = kv_cache_ptr + (page * stride_kv_block + slot * stride_kv_slot)
