@@ -8,17 +8,23 @@ median), then for each shape of the table (DeepSeek-V2/V3 decode: latent 512 + r
 queries, block 64, cache bf16 unless the name says fp8) times every contender:
 
     torch_paged_attn        this project (mla_decode: absorbed queries, one read of each cache row)
+    flashinfer_mla          flashinfer.mla.BatchMLAPagedAttentionWrapper (FA3-style kernel on
+                            Hopper; bf16 and fp8 e4m3 caches), planned outside timing, reading our
+                            cache through [..., :L] / [..., L:] views
     gather+einsum           torch ops: gather every sequence's pages, scores by einsum, softmax,
                             einsum with the latent (padded batch, eager)
     flash_attn_4(qv)        flash_attn.cute.flash_attn_varlen_func with page_table and ``qv`` (the
                             latent query), where the installed FlashAttention-4 accepts it
 
-and prints microseconds (p50, p20-p80), GB/s and % of the copy bandwidth on the cache bytes
-(``cache_bytes``: ``B * ctx * (L + R) * cache_bytes``, the figure the targets use; queries and
-outputs, < 1 %, in ``extra``), and TFLOP/s with % of the measured matmul rate (``mla_flops``).
-Targets on an H100: H16 shapes >= 85 % of copy, H128 shapes >= 40 % of the matmul rate. A
-contender that cannot run prints n/a with the reason. Every output is checked against an fp32
-gather of two sequences (``max_err``). JSON rows go to ``<out>/mla_decode-<gpu>-<date>.json``.
+and prints microseconds (p50, p20-p80) twice per contender on CUDA: CUDA-graph replays (the
+provider's name) and eager calls with the L2 cache flushed before each (", eager"); GB/s and % of
+the copy bandwidth on the cache bytes (``cache_bytes``: ``B * ctx * (L + R) * cache_bytes``, the
+figure the targets use; queries and outputs, < 1 %, in ``extra``), and TFLOP/s with % of the
+measured matmul rate (``mla_flops``). Targets on an H100 (issue 18): every shape >= 1.0x
+FlashInfer, MTP >= 90 % and fp8 >= 85 % of copy. A contender that cannot run prints n/a with the
+reason. Every output is checked against an fp32 gather of two sequences (``max_err``),
+FlashInfer's also against ours (``max_err_vs_ours``); our rows carry ``vs_flashinfer``, our p50
+over FlashInfer's of the same timing. JSON rows go to ``<out>/mla_decode-<gpu>-<date>.json``.
 """
 
 from __future__ import annotations
@@ -200,11 +206,73 @@ def flash_attn_4_qv(s: Shape, copies: list[Inputs], device: torch.device) -> Con
     return Contender([make(x) for x in copies], lambda out: out)
 
 
+# FlashInfer's float workspace (split-KV partial outputs), the size its documentation suggests.
+FLASHINFER_WORKSPACE_BYTES = 128 * 2**20
+
+
+def flashinfer_mla(s: Shape, copies: list[Inputs], device: torch.device) -> Contender:
+    """``flashinfer.mla.BatchMLAPagedAttentionWrapper``, planned once (outside timing) with the
+    batch's CSR page metadata; ``run`` reads the latent and rope parts of our one cache as two
+    strided views (``[..., :L]``, ``[..., L:]``), or, when the installed FlashInfer refuses views,
+    separate contiguous caches copied from ours before timing (said in the note)."""
+    if device.type != "cuda":
+        raise Unavailable("needs CUDA")
+    try:
+        import flashinfer.mla as fi_mla
+    except Exception as e:  # ImportError, or a JIT toolchain that fails to load
+        raise Unavailable(f"flashinfer not importable ({type(e).__name__}: {str(e)[:80]})") from e
+    x0 = copies[0]  # every copy has the same table and lengths (make_inputs): one plan serves all
+    blocks = math.ceil(s.seq_len / s.block_size)
+    kv_indptr = torch.arange(s.batch + 1, dtype=torch.int32, device=device) * blocks
+    kv_indices = x0.block_table[:, :blocks].reshape(-1).contiguous()
+    options = dict(num_heads=s.num_heads, head_dim_ckv=s.latent, head_dim_kpe=s.rope, page_size=s.block_size,
+                   causal=True, sm_scale=_scale(s), q_data_type=s.dtype, kv_data_type=s.cache_dtype)
+    wrapper = fi_mla.BatchMLAPagedAttentionWrapper(
+        torch.empty(FLASHINFER_WORKSPACE_BYTES, dtype=torch.uint8, device=device))
+    csr = (x0.query_start_loc, kv_indptr, kv_indices, x0.seq_lens)
+    metadata = getattr(fi_mla, "MLAPlanMetadata", None)
+    if metadata is not None:  # 0.7 and later: metadata object, declared split layouts
+        wrapper.plan(metadata=metadata.csr(*csr), query_layout="split", kv_cache_layout="split", **options)
+    else:  # earlier releases: flat CSR arguments, split tensors
+        wrapper.plan(*csr, **options)
+    backend = getattr(wrapper, "_planned_backend_name", None) or getattr(wrapper, "_backend", "")
+    scales = {}
+    if x0.kv_scale is not None:  # per-tensor scale, read on the host once (outside timing)
+        scales = dict(ckv_scale=float(x0.kv_scale), kpe_scale=float(x0.kv_scale))
+
+    def make(x: Inputs, ckv: torch.Tensor, kpe: torch.Tensor):
+        out = torch.empty_like(x.q_latent)
+        if metadata is not None:
+            return lambda: wrapper.run(query=(x.q_latent, x.q_rope), kv_cache=(ckv, kpe), out=out, **scales)
+        return lambda: wrapper.run(x.q_latent, x.q_rope, ckv, kpe, out=out, **scales)
+
+    def views(x: Inputs) -> tuple[torch.Tensor, torch.Tensor]:
+        return x.kv_cache[..., : s.latent], x.kv_cache[..., s.latent :]
+
+    note = f"flashinfer {H.package_version('flashinfer', 'flashinfer-python')}, backend {backend}"
+    try:  # the first call compiles (JIT, about a minute) and tells whether views are accepted
+        make(x0, *views(x0))()
+        torch.cuda.synchronize(device)
+        fns = [make(x, *views(x)) for x in copies]
+        note += ", strided views of our cache"
+    except Exception as e:
+        refused = _reason(e)
+        split = [tuple(v.contiguous() for v in views(x)) for x in copies]
+        fns = [make(x, ckv, kpe) for x, (ckv, kpe) in zip(copies, split)]
+        note += f", separate caches copied from ours (views refused: {refused[:60]})"
+    return Contender(fns, lambda out: out, note)
+
+
 CONTENDERS: dict[str, Callable[[Shape, list[Inputs], torch.device], Contender]] = {
     "torch_paged_attn": ours,
+    "flashinfer_mla": flashinfer_mla,
     "gather+einsum": gather_einsum,
     "flash_attn_4(qv)": flash_attn_4_qv,
 }
+# Timings of each contender, each its own row: CUDA-graph replays (the provider's name; host launch
+# cost out, as in a serving engine) and, with ", eager" appended, plain calls timed by CUDA events
+# with the L2 cache flushed (256 MiB memset) before each. CPU smoke runs: wall time, one row.
+TIMINGS = (("", True), (", eager", False))
 
 
 def matmul_rate(device: torch.device, quick: bool) -> tuple[float, H.Timing]:
@@ -218,6 +286,17 @@ def matmul_rate(device: torch.device, quick: bool) -> tuple[float, H.Timing]:
     return 2 * n**3 / (t.p50_us * 1e-6) / 1e12, t
 
 
+def _ratios(rows: list[H.Row]) -> None:
+    """``extra["vs_flashinfer"]`` on our rows: our p50 over FlashInfer's of the same timing
+    (graph replays against graph replays, eager against eager); < 1 means faster."""
+    theirs = {r.provider[len("flashinfer_mla"):]: r.p50_us for r in rows
+              if r.status == "ok" and r.provider.startswith("flashinfer_mla")}
+    for r in rows:
+        suffix = r.provider[len("torch_paged_attn"):]
+        if r.status == "ok" and r.provider.startswith("torch_paged_attn") and theirs.get(suffix):
+            r.extra["vs_flashinfer"] = r.p50_us / theirs[suffix]
+
+
 def run_shape(s: Shape, device: torch.device, copy_gbps: float, matmul_tflops: float, quick: bool,
               providers: list[str] | None) -> list[H.Row]:
     nbytes, formula = cache_bytes(s)
@@ -228,34 +307,53 @@ def run_shape(s: Shape, device: torch.device, copy_gbps: float, matmul_tflops: f
     picked = [t for i in seqs for t in range(i * s.q_len, (i + 1) * s.q_len)]
     want = gather_einsum_call(s, copies[0], torch.float32)[picked]
     rows = []
+    ours_out = None  # our first output, the FlashInfer rows' second check
     for name, build in CONTENDERS.items():
         if not H.selected(name, providers):
             continue
-        row = H.Row(shape=s.name, provider=name, dtype=str(s.cache_dtype).replace("torch.", ""),
-                    bytes=nbytes, bytes_formula=formula, flops=flops)
-        row.extra.update(batch=s.batch, q_len=s.q_len, seq_len=s.seq_len, num_heads=s.num_heads,
-                         latent=s.latent, rope=s.rope, block_size=s.block_size,
-                         query_output_bytes=per_copy - nbytes)
+
+        def new_row(suffix: str) -> H.Row:
+            row = H.Row(shape=s.name, provider=name + suffix, dtype=str(s.cache_dtype).replace("torch.", ""),
+                        bytes=nbytes, bytes_formula=formula, flops=flops)
+            row.extra.update(batch=s.batch, q_len=s.q_len, seq_len=s.seq_len, num_heads=s.num_heads,
+                             latent=s.latent, rope=s.rope, block_size=s.block_size,
+                             query_output_bytes=per_copy - nbytes)
+            return row
+
         dead = H.cuda_alive(device)
         if dead:
+            row = new_row("")
             row.status, row.reason = "n/a", dead
             rows.append(row)
             continue
         H.progress(f"  {s.name}: {name}")
+        suffix = ""
         try:
             c = build(s, copies, device)
-            err = _max_err(c.tokens(c.fns[0]())[picked], want)
-            row.extra["max_err"] = err
-            row.fill(H.bench(c.fns, device, quick=quick), copy_gbps)
-            if row.tflops is not None and matmul_tflops > 0:
-                row.extra["pct_matmul"] = 100.0 * row.tflops / matmul_tflops
+            got = c.tokens(c.fns[0]())[picked]
             notes = [c.note] if c.note else []
+            err = _max_err(got, want)
             if not err < 0.05:  # bf16 outputs over 576-wide dot products: ~1e-2 when right
                 notes.append(f"WRONG RESULT: max rel err {err:.2g}")
-            row.extra["note"] = "; ".join(notes)
+            checks = {"max_err": err}
+            if name == "torch_paged_attn":
+                ours_out = got
+            elif name == "flashinfer_mla" and ours_out is not None:
+                checks["max_err_vs_ours"] = _max_err(got, ours_out)
+            for suffix, use_graph in TIMINGS if device.type == "cuda" else (("", True),):
+                row = new_row(suffix)
+                row.extra.update(checks)
+                row.fill(H.bench(c.fns, device, quick=quick, use_graph=use_graph), copy_gbps)
+                if row.tflops is not None and matmul_tflops > 0:
+                    row.extra["pct_matmul"] = 100.0 * row.tflops / matmul_tflops
+                row.extra["note"] = "; ".join(notes)
+                rows.append(row)
         except Exception as e:  # one contender's failure never stops the run
+            row = new_row(suffix)
             row.status, row.reason = "n/a", _reason(e)
-        rows.append(row)
+            rows.append(row)
+        c = None
+    _ratios(rows)
     del copies
     gc.collect()
     if device.type == "cuda" and H.cuda_alive(device) is None:
@@ -270,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
 
     meta = H.device_info(device)
     meta["flash_attn_4"] = H.package_version("flash_attn", "flash-attn-4") if device.type == "cuda" else None
+    meta["flashinfer"] = H.package_version("flashinfer", "flashinfer-python") if device.type == "cuda" else None
     meta["args"] = vars(args)
     H.progress(f"device: {meta['gpu']}  torch {meta['torch']}  triton {meta['triton']}")
     copy_gbps, copy_t = H.copy_bandwidth(device, quick=args.quick)
@@ -292,7 +391,10 @@ def main(argv: list[str] | None = None) -> int:
     H.print_table(rows, f"MLA decode ({meta['gpu']}, copy {copy_gbps:.0f} GB/s, matmul {matmul_tflops:.1f} TFLOP/s)")
     for r in rows:
         if r.status == "ok" and "pct_matmul" in r.extra:
-            print(f"{r.shape:24s} {r.provider:18s} {r.extra['pct_matmul']:.1f} % of matmul rate")
+            ratio = r.extra.get("vs_flashinfer")
+            vs = f"   ours / FlashInfer {ratio:.2f}x" if ratio is not None else ""
+            print(f"{r.shape:24s} {r.provider:26s} {r.extra['pct_matmul']:5.1f} % of matmul rate"
+                  f"  {r.pct_copy or 0:5.1f} % of copy{vs}")
     print(f"\nJSON: {path}")
     return 0
 

@@ -68,12 +68,13 @@ _HOPPER_TILES = tuple((*tile, lazy) for lazy in (False, True) for tile in (
 _PREFILL_TILES = (
     (128, 64, 8, 3, 1), (128, 64, 8, 2, 1), (128, 128, 8, 2, 1), (128, 128, 8, 3, 1), (128, 32, 8, 4, 1),
     (128, 64, 4, 3, 1), (64, 64, 4, 3, 2), (64, 128, 4, 2, 2))
-_MLA = mla_kernel._CONFIGS  # BLOCK_M -> (TILE_N, warps, stages, programs per SM, SCORES_T)
+_MLA = mla_kernel._CONFIGS  # BLOCK_M -> (TILE_N, warps, stages, programs per SM, SCORES)
 
 
-def _scores(transposed: bool, tiles: tuple) -> tuple:
-    """MLA candidates: each (TILE_N, warps, stages, programs per SM) tile with SCORES_T set."""
-    return tuple((*tile, transposed) for tile in tiles)
+def _scores(form: str, tiles: tuple) -> tuple:
+    """MLA candidates: each (TILE_N, warps, stages, programs per SM) tile with the score form
+    SCORES ("rows", "keys" or "split": ``mla._CONFIGS``)."""
+    return tuple((*tile, form) for tile in tiles)
 
 SWEEPS = {
     "attn_fp8": Sweep("decode_fp8_B64_ctx4096", attn_kernel._FP8_DECODE_CONFIGS, 128, (
@@ -90,22 +91,27 @@ SWEEPS = {
                                  hopper_prefill=False),
     "invariant_B64": Sweep("decode_B64_ctx4096", None, 0, (1024, 2048, 4096), batch_invariant=True),
     "invariant_B8": Sweep("decode_B8_ctx8192_Hq64", None, 0, (1024, 2048, 4096), batch_invariant=True),
-    "mla_h16": Sweep("B128_ctx4096_H16", _MLA, 16, _scores(False, (
+    "mla_h16": Sweep("B128_ctx4096_H16", _MLA, 16, _scores("rows", (
         (64, 4, 2, 1), (64, 4, 2, 2), (64, 4, 2, 4), (64, 4, 3, 2), (32, 4, 3, 2), (32, 4, 4, 2),
         (32, 4, 2, 4), (64, 8, 2, 2), (128, 8, 2, 2), (32, 8, 3, 2), (64, 4, 1, 4), (16, 4, 4, 4)))),
-    "mla_mtp": Sweep("mtp2_B64_ctx4096_H16", _MLA, 32, _scores(True, (
-        (32, 4, 3, 2), (32, 4, 4, 2), (32, 4, 2, 2), (32, 4, 3, 3), (16, 4, 3, 2))) + _scores(False, (
+    "mla_mtp": Sweep("mtp2_B64_ctx4096_H16", _MLA, 32, _scores("keys", (
+        (32, 4, 3, 2), (32, 4, 4, 2), (32, 4, 2, 2), (32, 4, 3, 3), (16, 4, 3, 2))) + _scores("rows", (
         (32, 4, 3, 2), (32, 4, 4, 2), (16, 4, 3, 2), (16, 4, 4, 2), (32, 4, 3, 3), (64, 4, 3, 2),
-        (32, 4, 3, 1), (16, 4, 3, 3), (32, 4, 2, 2), (64, 4, 2, 2), (32, 8, 2, 1)))),
-    "mla_b32": Sweep("B32_ctx8192_H16", _MLA, 16, _scores(False, (
+        (32, 4, 3, 1), (16, 4, 3, 3), (32, 4, 2, 2), (64, 4, 2, 2), (32, 8, 2, 1))) + _scores("split", (
+        (64, 8, 2, 1), (64, 8, 2, 2))) + _scores("keys", ((32, 8, 3, 2), (32, 8, 3, 1)))),
+    "mla_b32": Sweep("B32_ctx8192_H16", _MLA, 16, _scores("rows", (
         (64, 4, 2, 2), (64, 4, 2, 4), (32, 4, 3, 2), (32, 4, 3, 4), (32, 4, 2, 4), (64, 4, 3, 4),
         (64, 4, 2, 8), (32, 4, 2, 8), (64, 8, 2, 4)))),
-    "mla_h128": Sweep("B64_ctx4096_H128", _MLA, 64, _scores(False, (
-        (32, 8, 2, 1), (32, 8, 3, 1), (64, 8, 2, 1), (16, 8, 3, 1), (32, 8, 2, 2), (16, 8, 4, 2),
-        (32, 4, 2, 1), (64, 8, 1, 1)))),
-    "mla_fp8": Sweep("fp8_B128_ctx4096_H16", mla_kernel._FP8_CONFIGS, 16, _scores(False, (
+    "mla_h128": Sweep("B64_ctx4096_H128", _MLA, 64, _scores("split", (
+        (64, 8, 2, 1), (32, 8, 3, 1), (32, 8, 2, 1), (32, 8, 4, 1), (16, 8, 4, 1), (64, 8, 1, 1))) + _scores(
+        "rows", ((64, 8, 2, 1), (32, 8, 3, 1)))),
+    # B1 x 32768 H128: the split-KV count follows programs per SM (1: 64 splits x 2 head groups)
+    "mla_b1_h128": Sweep("B1_ctx32768_H128", _MLA, 64, _scores("split", (
+        (64, 8, 2, 1), (64, 8, 2, 2), (32, 8, 3, 1), (32, 8, 3, 2), (32, 8, 2, 2), (16, 8, 4, 2))) + _scores(
+        "rows", ((64, 8, 2, 1),))),
+    "mla_fp8": Sweep("fp8_B128_ctx4096_H16", mla_kernel._FP8_CONFIGS, 16, _scores("rows", (
         (32, 4, 3, 4), (32, 4, 3, 1), (32, 4, 2, 2), (32, 4, 2, 4), (16, 4, 3, 4), (16, 4, 4, 4), (16, 4, 2, 4),
-        (32, 8, 2, 2), (64, 8, 2, 1), (64, 4, 2, 1), (64, 4, 2, 2)))),
+        (32, 8, 2, 2), (64, 8, 2, 1), (64, 4, 2, 1), (64, 4, 2, 2), (32, 8, 3, 2), (32, 8, 3, 1)))),
 }
 
 

@@ -206,10 +206,27 @@ def test_mla_decode_cpu(tmp_path):
     assert doc["copy_gbps"] > 0 and doc["matmul_tflops"] > 0
     for r in doc["rows"]:
         assert set(r) == ROW_KEYS, set(r) ^ ROW_KEYS
-        if r["provider"] == "flash_attn_4(qv)":
+        if r["provider"] in ("flash_attn_4(qv)", "flashinfer_mla"):
             assert r["status"] == "n/a" and r["reason"] == "needs CUDA"
         else:
             assert r["status"] == "ok" and r["extra"]["max_err"] < 0.05 and r["tflops"] > 0, r
+    # one row per contender and shape on a CPU (wall time; the GPU adds the ", eager" rows)
+    providers = [r["provider"] for r in doc["rows"]]
+    assert providers.count("torch_paged_attn") == 3 and providers.count("flashinfer_mla") == 3
+
+
+def test_mla_decode_ratio_to_flashinfer():
+    """Our rows get our p50 over FlashInfer's of the same timing (graph with graph, eager with eager)."""
+    mla = _load("mla_decode")
+    rows = [mla.H.Row(shape="s", provider=p, dtype="bfloat16", p50_us=us) for p, us in (
+        ("torch_paged_attn", 30.0), ("torch_paged_attn, eager", 60.0),
+        ("flashinfer_mla", 20.0), ("flashinfer_mla, eager", 40.0), ("gather+einsum", 90.0))]
+    mla._ratios(rows)
+    assert [r.extra.get("vs_flashinfer") for r in rows] == [1.5, 1.5, None, None, None]
+    rows[2].status = "n/a"  # FlashInfer missing: no ratio for the graph row
+    del rows[0].extra["vs_flashinfer"]
+    mla._ratios(rows)
+    assert "vs_flashinfer" not in rows[0].extra
 
 
 def test_tune_cpu(tmp_path, monkeypatch):

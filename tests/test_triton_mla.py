@@ -220,26 +220,60 @@ def test_mla_interpreted(case: Case) -> None:
 
 
 @interpreter_tier
-@pytest.mark.parametrize("scores_t", [False, True], ids=["rows_x_keys", "keys_x_rows"])
-def test_score_orientation_interpreted(scores_t: bool, monkeypatch) -> None:
-    """Both forms of the score dots (SCORES_T: computed as keys x rows and transposed), whatever
-    the tile table holds: speculative blocks (causal), non-causal, splits, an fp8 cache."""
+@pytest.mark.parametrize("scores", ["rows", "keys", "split"])
+def test_score_forms_interpreted(scores: str, monkeypatch) -> None:
+    """Every form of the score dots (SCORES: rows x keys chained, keys x rows transposed, three
+    dots summed), whatever the tile table holds: speculative blocks (causal), non-causal, padding
+    rows, an empty sequence, splits, an fp8 cache."""
     for table in (tmla._CONFIGS, tmla._FP8_CONFIGS):
         for block_m, config in list(table.items()):
-            monkeypatch.setitem(table, block_m, (*config[:4], scores_t))
+            monkeypatch.setitem(table, block_m, (*config[:4], scores))
     launched = []
     launcher = tmla.launcher
 
     def recording(kernel, grid, **constants):
-        launched.append(constants.get("SCORES_T"))
+        if kernel is tmla._mla_kernel:
+            launched.append(constants["SCORES"])
         return launcher(kernel, grid, **constants)
 
     monkeypatch.setattr(tmla, "launcher", recording)
     for case in (Case((2, 3, 1), (129, 65, 3), num_heads=8, hint=True),
                  Case((3, 2), (40, 70), causal=False, num_heads=16, latent=64),
+                 Case((1, 1, 1), (70, 0, 33), num_heads=4, pad_tokens=2),
                  Case((2, 2, 1), (150, 9, 200), cache_dtype=E4M3, num_heads=16, split_tokens=64, hint=True)):
         check_case(case, "cpu")
-    assert scores_t in launched
+    # non-causal calls run chained scores where the table says "split" (no mask branch parts them)
+    assert scores in launched and set(launched) <= {scores, "rows"}
+    assert (launched.count("rows") == 1) == (scores == "split")
+
+
+@interpreter_tier
+@pytest.mark.parametrize("tile_n", [16, 32])
+def test_page_tiles_interpreted(tile_n: int, monkeypatch) -> None:
+    """Tiles inside one page (TILE_N divides the block size: one block id and one base address a
+    tile, PAGE_TILE): kv_len at and around the page size, padding rows, an empty sequence,
+    speculative and non-causal rows, splits, an fp8 cache, a strided cache, and ids outside
+    [0, NB) in the used part of the table."""
+    for table in (tmla._CONFIGS, tmla._FP8_CONFIGS):
+        for block_m, config in list(table.items()):
+            monkeypatch.setitem(table, block_m, (tile_n, *config[1:]))
+    launched = []
+    launcher = tmla.launcher
+
+    def recording(kernel, grid, **constants):
+        if kernel is tmla._mla_kernel:
+            launched.append((constants["BLOCK_SIZE"], constants["TILE_N"]))
+        return launcher(kernel, grid, **constants)
+
+    monkeypatch.setattr(tmla, "launcher", recording)
+    for case in (Case((1, 1, 1, 1, 1, 1), (31, 32, 33, 1, 0, 70), block_size=32, pad_tokens=2),
+                 Case((2, 3, 1), (129, 65, 3), num_heads=8, block_size=32, hint=True),
+                 Case((3, 2), (40, 70), causal=False, num_heads=16, latent=64, block_size=32),
+                 Case((1, 2, 1), (150, 9, 200), cache_dtype=E4M3, block_size=64, split_tokens=64),
+                 Case((2, 1, 1), (70, 130, 33), strided=True, block_size=32, split_tokens=64, pad_tokens=1)):
+        check_case(case, "cpu")
+    check_bad_block_ids("cpu", Case((1, 2, 1), (100, 50, 64), block_size=32))
+    assert launched and all(bs % tn == 0 for bs, tn in launched), launched
 
 
 def check_bad_block_ids(device: str, case: Case) -> None:

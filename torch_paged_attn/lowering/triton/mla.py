@@ -3,8 +3,9 @@
 FlashAttention-2's online softmax over a paged latent cache, W_UK absorbed into the query (as
 FlashMLA and vLLM compute it): every head attends to the same row ``[c | k_pe]`` (latent L + rope
 R) and the latent is the value too, so one load of a row serves both products. The latent is
-tiled in two halves of ``L_PAD / 2`` columns (256 of 512): two score dots, and two [M, L/2]
-accumulators for P @ c, each dot N = 256 wide (the widest Hopper wgmma)::
+tiled in two halves of ``L_PAD / 2`` columns (256 of 512): three score dots (latent halves, rope;
+formed as ``_CONFIGS``' SCORES says), and two [M, L/2] accumulators for P @ c, each dot N = 256
+wide (the widest Hopper wgmma)::
 
     s = scale * (q_lo @ c_lo^T + q_hi @ c_hi^T + q_rope @ k_pe^T)     [M, TILE_N]
     acc_lo += softmax_step(s) @ c_lo;   acc_hi += ... @ c_hi          [M, L/2] each
@@ -16,6 +17,7 @@ group, axis 2 kv split. Layouts: q_latent/out ``[T, H, L]``, q_rope ``[T, H, R]`
 ``[NB, BS, L + R]`` (any strides, last one 1). Block-table lookup per key position j::
 
     row = kv_cache[block_table[b, j // BS], j % BS]    # masked: j >= seq_len, block outside [0, NB)
+(one table entry per tile where TILE_N divides BS: block 64, the DeepSeek layout).
 Bytes moved: ``sum_b seq_len_b * G * (L + R) * cache_bytes`` (G head groups) + ``T * H * (2L + R)
 * q_bytes``; split-KV adds ``T * S * H * (L + 1) * 8``.
 """
@@ -62,7 +64,7 @@ _QUERY_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 # BLOCK_M 16 (H16, B128 x 4096): (64, 4, 2, 2) 86.7, (32, 4, 3, 2) 84.6, (64, 4, 2, 4) 82.8,
 #   (64, 4, 3, 2) 73.7, (128, 8, 2, 2) 72.1, (64, 8, 2, 2) 60.5, (64, 4, 2, 1) 51.3 (no split:
 #   one program per SM cannot keep enough loads in flight).
-# BLOCK_M 64 (H128, B64 x 4096): (64, 8, 2, 1) 20.7, (32, 8, 3, 1) 17.3, (64, 8, 1, 1) 16.0,
+# BLOCK_M 64 (H128, B64 x 4096; scores "rows", below): (64, 8, 2, 1) 20.7, (32, 8, 3, 1) 17.3, (64, 8, 1, 1) 16.0,
 #   (32, 8, 2, 1) 15.0, (32, 8, 2, 2) 14.5, (16, 8, 3, 1) 11.2, (32, 4, 2, 1) 7.5.
 # BLOCK_M 32 (H32, or H16 with 2 speculative tokens), MTP B64 x 4096 H16, H100 (copy 2959-2974
 #   GB/s, 2026-11-23): (32, 4, 3, 2) 69.7 / 68.0, (16, 4, 4, 2) 63.7, (32, 4, 2, 2) 63.0 / 62.0,
@@ -71,17 +73,31 @@ _QUERY_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 #   unexplained; the two [32, 256] float32 accumulators alone take 128 registers a thread at 4 warps.
 # BLOCK_M 16 on B32 x 8192 H16, same H100 run: (64, 4, 2, 2) 84.8, (32, 4, 3, 2) 84.3, (64, 4, 2,
 #   4) 77.2; more splits (4-8 programs per SM) only add partial-state traffic.
-# The fifth entry, SCORES_T: the score dots computed as keys x rows ([TILE_N, BLOCK_M]) and
-# transposed. For chained dots Triton 3.6 puts every warp along M when M >= N (sm_90, mma.sync):
-# a [32, 32] score tile on 4 warps is then computed twice (warps [4, 1], 16 rows each). Transposed,
-# the score dots take the value dots' warps ([1, 4]): MTP B64 x 4096 H16, sm_90, Triton 3.6
-# (benchmarks/sass_report.py): 208 -> 136 mma.sync, 3200 -> 2960 instructions per program, the
-# same 255 registers, 8-byte stack and shared memory. Not yet timed on a GPU. With wgmma (H128)
-# it spills (24 -> 208-byte stack), and [16, TILE_N >= 32] tiles put the warps along N already.
+# The fifth entry, SCORES, how the three score dots (latent halves, rope) are formed:
+# "rows": rows x keys ([BLOCK_M, TILE_N]), chained through one accumulator. For a dot whose
+#   result reaches another dot, Triton 3.6 puts every warp along M (mma.sync: when M >= N; wgmma:
+#   always), so a [32, 32] tile on 4 warps or a [64, TILE_N] tile on 8 warps (two warpgroups of
+#   64 rows each) is computed twice.
+# "keys": keys x rows ([TILE_N, BLOCK_M]), transposed after: the score dots take the value dots'
+#   warps ([1, 4]). MTP B64 x 4096 H16, sm_90, Triton 3.6 (benchmarks/sass_report.py): 208 -> 136
+#   mma.sync, 3200 -> 2960 instructions per program, the same 255 registers, 8-byte stack and
+#   shared memory. Not yet timed on a GPU. With wgmma (H128) it spills (24 -> 208-byte stack).
+# "split": rows x keys, three dots from zero, each scaled, then summed (the scaling keeps Triton
+#   from folding the sums back into a chain). With the causal mask's branch between the scores
+#   and the P @ c dots, no score dot reaches another dot, and on wgmma the two warpgroups split
+#   the keys (warps [4, 2]) instead of both computing all of them. H128 B64 x 4096, sm_90,
+#   Triton 3.6 (results/sass-sm90-triton3.6-2026-11-23-d-mla): 76 -> 44 wgmma per 64 keys, the
+#   [64, 64] score tile's layout conversion gone, stack 24 -> 0 bytes (B1 x 32768, split-KV:
+#   72 -> 48). Not yet timed on a GPU. On mma.sync tiles (H16, MTP, fp8) it gains nothing (the
+#   same mma.sync count, more registers), so they keep "rows" / "keys". Non-causal calls have no
+#   branch there: every score dot stays chained and "split" only adds registers (H128: 80 wgmma
+#   either way, 136- against 80-byte stack), so they run "rows". A mask branch taken only by
+#   tiles with an invalid key (a reduction of the key mask) parts them too, but spills (causal:
+#   0 -> 224-byte stack).
 _CONFIGS = {
-    16: (64, 4, 2, 2, False),
-    32: (32, 4, 3, 2, True),
-    64: (64, 8, 2, 1, False),
+    16: (64, 4, 2, 2, "rows"),
+    32: (32, 4, 3, 2, "keys"),
+    64: (64, 8, 2, 1, "split"),
 }
 # fp8 caches (bf16 queries, fp16 dots), BLOCK_M 16, B128 x 4096 H16, H200, before the latent tiles
 # were converted in their load layout (``_fp8_to_fp16``): (32, 4, 3, 4) 26.5 % of copy, (64, 4, 2,
@@ -90,7 +106,7 @@ _CONFIGS = {
 # 56-byte stack on sm_90). Converted in place, the fp16 tile is staged in shared memory: (32, 4, 3)
 # needs 118 KiB (one program per SM where 4 were planned), (32, 4, 2) 100 KiB and 224 registers,
 # two programs per SM; not yet measured (``tune.py --sweeps mla_fp8``).
-_FP8_CONFIGS = {**_CONFIGS, 16: (32, 4, 2, 2, False)}
+_FP8_CONFIGS = {**_CONFIGS, 16: (32, 4, 2, 2, "rows")}
 # Heads one program holds (the M dimension of the dots is at most 64 rows).
 _MAX_HEADS_PER_PROGRAM = 64
 _MAX_BLOCK_M = 64
@@ -121,6 +137,15 @@ def _rescale(m_old, m_new):
     return tl.exp2(m_old - m_ref)
 
 
+@triton.jit
+def _load_page_id(block_row_ptr, stride_bt_block, start, seq_len, max_blocks, BLOCK_SIZE: tl.constexpr):
+    """Cache block (page) of key position ``start``, int32; -1 past ``seq_len`` or the table."""
+    start = start + tl.zeros([], tl.int32)  # a tensor also where the loop gives a Python int
+    block_idx = start // BLOCK_SIZE
+    return tl.load(block_row_ptr + block_idx * stride_bt_block, mask=(start < seq_len) & (block_idx < max_blocks),
+                   other=-1)
+
+
 @triton.jit(do_not_specialize=["num_tokens", "num_seqs", "max_blocks", "split_tokens", "num_splits"])
 def _mla_kernel(
     q_latent_ptr, q_rope_ptr,  # [T, H, L], [T, H, R]
@@ -147,11 +172,12 @@ def _mla_kernel(
     DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
     MERGE_GROUP: tl.constexpr,  # splits the combine kernel loads at once
     ONE_SPLIT: tl.constexpr,  # at most one split, merged in the program (no workspace)
-    SCORES_T: tl.constexpr,  # the score dots as keys x rows, transposed after
+    SCORES: tl.constexpr,  # "rows": rows x keys, chained; "keys": keys x rows, transposed; "split"
 ):
     tl.static_assert(BLOCK_M >= 16 and TILE_N >= 16 and L_HALF >= 16 and R_PAD >= 16)
     tl.static_assert(L_HALF < LATENT and LATENT <= 2 * L_HALF)  # the first half is all latent
     tl.static_assert(BLOCK_Q * HEADS <= BLOCK_M and BLOCK_Q >= 1)
+    tl.static_assert(SCORES == "rows" or SCORES == "keys" or SCORES == "split")
     scale = tl.cast(scale, tl.float32)
     pid_q = tl.program_id(0)
     head_group = tl.program_id(1)
@@ -243,6 +269,10 @@ def _mla_kernel(
     acc_lo = tl.zeros([BLOCK_M, L_HALF], tl.float32)
     acc_hi = tl.zeros([BLOCK_M, L_HALF], tl.float32)
     bt_row = block_table_ptr + seq * stride_bt_seq
+    # A tile inside one page reads one block id and addresses its rows from one base: sm_90,
+    # Triton 3.6 (sass_report), instructions per loop iteration B64 x 4096 H128 1638 -> 982,
+    # B128 x 4096 H16 1363 -> 779 (per-key block ids and 64-bit row addresses gone). Not timed.
+    PAGE_TILE: tl.constexpr = BLOCK_SIZE % TILE_N == 0
 
     # ONE_SPLIT (at most one split, no workspace): the running state goes to the epilogue after
     # the loop, so the merge state is not live across it (B64 x 4096 H128, sm_90, Triton 3.6:
@@ -255,33 +285,55 @@ def _mla_kernel(
             acc_hi = tl.zeros([BLOCK_M, L_HALF], tl.float32)
         lo = split * split_tokens
         hi = tl.minimum(kv_hi, (split + 1) * split_tokens)
-        # Block ids one tile ahead: the row addresses depend on them.
-        next_block = _load_block_ids(bt_row, stride_bt_block, lo, seq_len, max_blocks, BLOCK_SIZE, TILE_N)
+        # Block ids one tile ahead: the row addresses depend on them. A tile inside one page
+        # (PAGE_TILE: TILE_N divides BLOCK_SIZE, block 64 for DeepSeek) takes one id and one
+        # base address; its rows are a fixed offset pattern from there.
+        if PAGE_TILE:
+            next_page = _load_page_id(bt_row, stride_bt_block, lo, seq_len, max_blocks, BLOCK_SIZE)
+        else:
+            next_block = _load_block_ids(bt_row, stride_bt_block, lo, seq_len, max_blocks, BLOCK_SIZE, TILE_N)
         for start in range(lo, hi, TILE_N):
-            # -- block-table lookup: [TILE_N] --
+            # -- block-table lookup: the tile's page, or [TILE_N] blocks --
             offs_n = start + tl.arange(0, TILE_N)
-            block = next_block
-            next_block = _load_block_ids(bt_row, stride_bt_block, start + TILE_N, seq_len, max_blocks,
-                                         BLOCK_SIZE, TILE_N)
-            key_ok = (block >= 0) & (block < num_blocks)  # -1: past the sequence or the table
-            block = tl.where(key_ok, block, 0).to(tl.int64)
-            rows = block * stride_kv_block + (offs_n % BLOCK_SIZE) * stride_kv_slot
+            if PAGE_TILE:
+                page = next_page
+                next_page = _load_page_id(bt_row, stride_bt_block, start + TILE_N, seq_len, max_blocks, BLOCK_SIZE)
+                page_ok = (page >= 0) & (page < num_blocks)  # -1: past the sequence or the table
+                # a select, not &: Triton's interpreter types (bool scalar & bool vector) as int
+                key_ok = tl.where(page_ok, offs_n < seq_len, False)
+                page = tl.where(page_ok, page, 0).to(tl.int64)
+                slot = tl.zeros([], tl.int64) + start % BLOCK_SIZE  # int64 before the product
+                tile_ptr = kv_cache_ptr + (page * stride_kv_block + slot * stride_kv_slot)
+                rows = tl.arange(0, TILE_N).to(tl.int64) * stride_kv_slot
+            else:
+                block = next_block
+                next_block = _load_block_ids(bt_row, stride_bt_block, start + TILE_N, seq_len, max_blocks,
+                                             BLOCK_SIZE, TILE_N)
+                key_ok = (block >= 0) & (block < num_blocks)  # -1: past the sequence or the table
+                block = tl.where(key_ok, block, 0).to(tl.int64)
+                tile_ptr = kv_cache_ptr
+                rows = block * stride_kv_block + (offs_n % BLOCK_SIZE) * stride_kv_slot
 
             # -- load the cache rows: latent halves [TILE_N, L_HALF] x 2 (key part and value),
             #    rope [TILE_N, R_PAD] --
-            c_lo = _load_rows(kv_cache_ptr, rows, offs_h, key_ok, L_HALF, L_HALF)
-            c_hi = _load_rows(kv_cache_ptr + L_HALF, rows, offs_h, key_ok, LATENT - L_HALF, L_HALF)
-            k_pe = _load_rows(kv_cache_ptr + LATENT, rows, offs_r, key_ok, ROPE, R_PAD)
+            c_lo = _load_rows(tile_ptr, rows, offs_h, key_ok, L_HALF, L_HALF)
+            c_hi = _load_rows(tile_ptr + L_HALF, rows, offs_h, key_ok, LATENT - L_HALF, L_HALF)
+            k_pe = _load_rows(tile_ptr + LATENT, rows, offs_r, key_ok, ROPE, R_PAD)
             if IS_FP8:  # exact: fp8 values are fp16 values; the scale is in qk_scale and the epilogue
                 c_lo, c_hi = _fp8_to_fp16(c_lo, unit), _fp8_to_fp16(c_hi, unit)  # the values too
                 k_pe = k_pe.to(tl.float16)
             c_lo, c_hi, k_pe = c_lo.to(q_lo.dtype), c_hi.to(q_lo.dtype), k_pe.to(q_lo.dtype)
 
             # -- scores (log2 domain): [BLOCK_M, TILE_N] --
-            if SCORES_T:
+            if SCORES == "keys":
                 s = _dot(c_lo, tl.trans(q_lo), None, DOT_PRECISION, DOT_UPCAST)
                 s = _dot(c_hi, tl.trans(q_hi), s, DOT_PRECISION, DOT_UPCAST)
                 s = tl.trans(_dot(k_pe, tl.trans(q_rope), s, DOT_PRECISION, DOT_UPCAST)) * qk_scale
+            elif SCORES == "split":
+                s_lo = _dot(q_lo, tl.trans(c_lo), None, DOT_PRECISION, DOT_UPCAST)
+                s_hi = _dot(q_hi, tl.trans(c_hi), None, DOT_PRECISION, DOT_UPCAST)
+                s_pe = _dot(q_rope, tl.trans(k_pe), None, DOT_PRECISION, DOT_UPCAST)
+                s = (s_lo * qk_scale + s_hi * qk_scale) + s_pe * qk_scale
             else:
                 s = _dot(q_lo, tl.trans(c_lo), None, DOT_PRECISION, DOT_UPCAST)
                 s = _dot(q_hi, tl.trans(c_hi), s, DOT_PRECISION, DOT_UPCAST)
@@ -383,7 +435,9 @@ def prepare_mla_decode(
     block_m = max(16, next_power_of_2(heads * block_q))
     block_q = block_m // heads if block_q > 1 else 1
     is_fp8 = kv_cache.dtype in _FP8
-    tile_n, num_warps, num_stages, programs_per_sm, scores_t = (_FP8_CONFIGS if is_fp8 else _CONFIGS)[block_m]
+    tile_n, num_warps, num_stages, programs_per_sm, scores = (_FP8_CONFIGS if is_fp8 else _CONFIGS)[block_m]
+    if scores == "split" and not causal:  # no mask branch to part the dots (_CONFIGS): chained is cheaper
+        scores = "rows"
     num_q_blocks = num_tokens // block_q + num_seqs + 1
     busy_q_blocks = _busy_q_blocks(num_tokens, num_seqs, block_q, max_query_len)
     split_tokens, num_splits, write_partial = _plan_splits(
@@ -420,7 +474,7 @@ def prepare_mla_decode(
         DOT_UPCAST=q_latent.dtype == torch.bfloat16 and _interpreted(),
         MERGE_GROUP=1 if split_tokens == _NO_SPLIT else _MERGE_GROUP,
         ONE_SPLIT=split_tokens == _NO_SPLIT and not write_partial,
-        SCORES_T=scores_t,
+        SCORES=scores,
         num_warps=num_warps, num_stages=num_stages,
     )
     l_pad = _pad(latent)
