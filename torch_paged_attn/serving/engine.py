@@ -220,9 +220,10 @@ class Engine:
         self._eos = frozenset([eos] if isinstance(eos, int) else (eos or ()))
         # statistics
         self.num_steps = 0
-        self.num_prefill_tokens = 0  # tokens computed that were not decodes
+        self.num_prefill_tokens = 0  # prompt tokens computed (a cached prefix is not computed)
         self.num_computed_tokens = 0
         self.step_times: list[tuple[float, float]] = []  # (host seconds, step seconds)
+        self._logits_hook = None  # tests: called with (plan, logits [B, V]) after each forward
 
     # -- memory --------------------------------------------------------------------------------
 
@@ -338,7 +339,9 @@ class Engine:
         rows_t = bucket or num_tokens
         any_sampled, any_filtered = self._fill(plan, rows_t, rows_b)
         views = self._views(rows_t, rows_b)
-        tokens = self._run(views, bucket, rows_b, max(c.num_tokens for c in plan), any_sampled, any_filtered)
+        tokens, logits = self._run(views, bucket, rows_b, max(c.num_tokens for c in plan), any_sampled, any_filtered)
+        if self._logits_hook is not None:
+            self._logits_hook(plan, logits)
         t_launched = time.perf_counter()
         sampled = tokens[:num_seqs].tolist()  # the step's one host synchronisation
         t_synced = time.perf_counter()
@@ -346,7 +349,7 @@ class Engine:
         t1 = time.perf_counter()
         self.num_steps += 1
         self.num_computed_tokens += num_tokens
-        self.num_prefill_tokens += sum(c.num_tokens for c in plan if not (c.num_tokens == 1 and c.samples and len(c.request.tokens) - 1 > len(c.request.prompt)))
+        self.num_prefill_tokens += sum(max(0, min(c.start + c.num_tokens, len(c.request.prompt)) - c.start) for c in plan)
         self.step_times.append(((t_launched - t0) + (t1 - t_synced), t1 - t0))
         return outputs
 
@@ -466,10 +469,10 @@ class Engine:
                 g, logits, greedy = graph
                 g.replay()
                 if not any_sampled:
-                    return greedy
-                return self._sample(logits, v, True, any_filtered)
+                    return greedy, logits
+                return self._sample(logits, v, True, any_filtered), logits
         logits = self._forward(v, max_query_len)
-        return self._sample(logits, v, any_sampled, any_filtered)
+        return self._sample(logits, v, any_sampled, any_filtered), logits
 
     @staticmethod
     def _sample(logits, v: _Views, any_sampled, any_filtered) -> Tensor:

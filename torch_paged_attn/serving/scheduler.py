@@ -10,7 +10,8 @@ Policy per step, under ``max_num_batched_tokens`` (the token budget) and ``max_n
 
 1. running decodes, oldest first; when a decode needs a block and none is free, the newest running
    request is preempted (blocks freed, back to the front of the queue, recomputed later);
-2. running requests still prefilling, oldest first (chunks of at most ``chunk_size``);
+2. running requests still prefilling, oldest first (chunks of at most ``chunk_size``); one that
+   needs a block preempts the newest running request not yet scheduled in this step;
 3. waiting requests in order: the longest run of their leading full blocks found in the prefix
    cache is shared (computed once), the rest prefilled in chunks. A request that does not fit
    waits; a request that could never fit is refused when it is added.
@@ -137,21 +138,30 @@ class Scheduler:
             planned.add(id(r))
             budget -= 1
 
-        # 2. running prefills (chunked), oldest first; they wait rather than preempt
-        for r in self.running:
+        starved = False
+        # 2. running prefills (chunked), oldest first; a newer unplanned request yields its blocks
+        #    to an older one (else two half-prefilled requests could wait on each other forever)
+        for r in list(self.running):
             if budget == 0:
                 break
-            if id(r) in planned:
+            if id(r) in planned or r.status != RUNNING:
                 continue
             n = min(len(r.tokens) - r.num_computed, budget, self.chunk_size)
-            if not self._try_extend(r, n):
-                break
-            plan.append(self._chunk(r, n))
-            planned.add(id(r))
-            budget -= n
+            while not self._try_extend(r, n):
+                victim = next((v for v in reversed(self.running) if id(v) not in planned), None)
+                if victim is r:
+                    break
+                self._preempt(victim)
+            else:
+                plan.append(self._chunk(r, n))
+                planned.add(id(r))
+                budget -= n
+                continue
+            starved = True  # no admissions either: the blocks that free up go to r first
+            break
 
         # 3. waiting requests, in order
-        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+        while self.waiting and not starved and budget > 0 and len(self.running) < self.max_num_seqs:
             r = self.waiting[0]
             if not self._admit(r):
                 break
