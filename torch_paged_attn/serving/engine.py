@@ -481,6 +481,16 @@ class Engine:
             any_sampled=any_sampled, any_filtered=any_filtered,
         )
 
+    @torch.inference_mode()
+    def capture_graphs(self) -> None:
+        """Capture every decode bucket's CUDA graph now (else each is captured on first use), on an
+        all-padding step: nothing is written to the cache."""
+        for bucket in list(self.graph_batch_sizes):
+            if bucket not in self._graphs:
+                self._fill([], bucket, bucket)
+                if self._capture(bucket, self._views(bucket, bucket)) is None:
+                    break
+
     def _capture(self, bucket: int, v: _Views):
         """Capture the decode step of ``bucket`` rows on the views' static addresses (the step's
         data is already in the device buffer: the warm-up runs compute it, then the graph replays it)."""
