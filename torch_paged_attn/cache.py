@@ -194,6 +194,22 @@ class BlockAllocator:
         self._lens[seq] = new
         return self.slots(seq, old, new)
 
+    def try_grow(self, seq: Hashable, num_tokens: int) -> bool:
+        """Make ``seq`` hold ``num_tokens`` tokens (at least its current length), taking blocks as
+        needed: ``append`` without the slot list, and False (nothing changed) instead of
+        ``OutOfBlocksError`` when blocks are short. A serving scheduler calls it once per request
+        and step."""
+        table = self._table(seq)
+        if num_tokens < self._lens[seq]:
+            raise ValueError(f"try_grow: {seq!r} holds {self._lens[seq]} tokens, cannot shrink to {num_tokens}")
+        need = -(-num_tokens // self.block_size) - len(table)
+        if need > 0:
+            if need > len(self._free) + len(self._evictable):
+                return False
+            table.extend(self._take(need, f"growing {seq!r} to {num_tokens} tokens"))
+        self._lens[seq] = num_tokens
+        return True
+
     def fork(self, parent: Hashable, child: Hashable) -> tuple[int, int] | None:
         """Start ``child`` as a copy of ``parent``: the full blocks are shared (reference counts),
         a partly filled last block is replaced by a fresh one. Returns ``(src, dst)``, the block

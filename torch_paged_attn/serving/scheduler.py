@@ -183,7 +183,7 @@ class Scheduler:
     def _chunk(self, r: Request, n: int) -> ScheduledChunk:
         start = r.num_computed
         end = start + n
-        if self.prefix_caching:
+        if self.prefix_caching and end // self.block_size > r.num_registered:
             full = end // self.block_size
             self._hash_upto(r, full)
             for k in range(r.num_registered, full):
@@ -201,15 +201,7 @@ class Scheduler:
     def _try_extend(self, r: Request, n: int) -> bool:
         """Room for ``n`` more tokens of ``r`` in the cache (its allocator length becomes
         ``num_computed + n``); False, with nothing changed, when blocks are short."""
-        a = self.allocator
-        have = a.seq_len(r.request_id)
-        need = r.num_computed + n - have
-        try:
-            if need > 0:
-                a.append(r.request_id, need)
-        except OutOfBlocksError:
-            return False
-        return True
+        return self.allocator.try_grow(r.request_id, r.num_computed + n)
 
     def _admit(self, r: Request) -> bool:
         """Give ``r`` its cached prefix (if any) and a row; False when it does not fit now."""
