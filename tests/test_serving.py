@@ -210,6 +210,37 @@ def test_generate_batch_in_order(llama):
     assert got == [oracle(p, 5) for p in prompts]
 
 
+def test_allocator_prefix_cache():
+    """register / cached_prefix / allocate_prefix / copy_on_write / eviction, and try_grow."""
+    from torch_paged_attn import BlockAllocator
+
+    a = BlockAllocator(num_blocks=4, block_size=8)
+    a.allocate("a", 20)  # blocks 0, 1, 2
+    a.register("a", 0, "h0")
+    a.register("a", 1, "h1")
+    assert a.cached_prefix(["h0", "h1", "h2"]) == [0, 1]
+    a.allocate_prefix("b", [0, 1], 16)
+    assert a.ref_count(0) == a.ref_count(1) == 2 and a.num_free_blocks == 1
+    with pytest.raises(ValueError, match="allocate_prefix"):
+        a.allocate_prefix("c", [0, 1], 5)
+    assert a.copy_on_write("b", 1) == (1, 3)  # shared: a private copy
+    assert a.block_table("b") == [0, 3] and a.ref_count(1) == 1
+    assert a.copy_on_write("b", 1) is None  # already private and unnamed
+    a.free("a")  # blocks 0 (still held by b) and 1 (cached) stay; 2 is free
+    assert a.num_free_blocks == 2 and a.cached_prefix(["h0", "h1"]) == [0, 1]
+    a.free("b")
+    assert a.num_free_blocks == 4
+    a.allocate_prefix("c", [0, 1], 9)  # cached blocks come back from the evictable pool
+    assert a.num_free_blocks == 2
+    assert not a.try_grow("c", 40) and a.seq_len("c") == 9  # needs 3 more blocks: nothing changes
+    assert a.try_grow("c", 32) and a.num_free_blocks == 0
+    a.free("c")
+    a.allocate("d", 32)  # takes the never-cached blocks first, then evicts h0 and h1 (LRU)
+    assert a.num_free_blocks == 0 and a.cached_prefix(["h0"]) == []
+    with pytest.raises(ValueError, match="shrink"):
+        a.try_grow("d", 3)
+
+
 # -- sampling -------------------------------------------------------------------------------------
 
 
