@@ -176,14 +176,15 @@ def test_preemption_recomputes_to_the_same_tokens(llama):
     assert engine.allocator.num_free_blocks == 12
 
 
-@pytest.mark.parametrize("prefix_caching", [True, False])
-def test_shared_prefix_is_computed_once(llama, prefix_caching):
+@pytest.mark.parametrize("prefix_caching, chunk_size", [(True, None), (True, 8), (False, None)])
+def test_shared_prefix_is_computed_once(llama, prefix_caching, chunk_size):
+    """Also when the prefix is prefilled in chunks of one block: the others wait for its blocks."""
     m, oracle = llama
     prefix = _prompts([32], seed=3)[0]  # 4 full blocks of 8
     suffixes = [3, 9, 1, 14, 6]
     prompts = _prompts(suffixes, seed=4, prefix=prefix)
     engine = Engine(_engine_model(m), block_size=8, num_blocks=64, max_num_seqs=8, max_num_batched_tokens=256,
-                    max_model_len=64, prefix_caching=prefix_caching)
+                    max_model_len=64, prefix_caching=prefix_caching, chunk_size=chunk_size)
     got = _run_schedule(engine, prompts, [6] * 5, [0, 0, 0, 1, 3])
     assert got == [oracle(p, 6) for p in prompts]
     copies = 1 if prefix_caching else len(prompts)

@@ -13,7 +13,8 @@ Policy per step, under ``max_num_batched_tokens`` (the token budget) and ``max_n
 2. running requests still prefilling, oldest first (chunks of at most ``chunk_size``); one that
    needs a block preempts the newest running request not yet scheduled in this step;
 3. waiting requests in order: the longest run of their leading full blocks found in the prefix
-   cache is shared (computed once), the rest prefilled in chunks. A request that does not fit
+   cache is shared (computed once), the rest prefilled in chunks; a request whose next full
+   block a running request is still computing (a long shared prefix in chunks) waits for it. A request that does not fit
    waits; a request that could never fit is refused when it is added.
 
 Blocks a step fills completely are registered in the prefix cache when it is scheduled: every
@@ -51,6 +52,7 @@ class Request:
     num_blocks: int = 0  # blocks mirrored into that row
     hashes: list = field(default_factory=list)  # chained hashes of full blocks of tokens
     num_registered: int = 0  # leading blocks registered in the prefix cache
+    pending_upto: int = 0  # hashes counted in Scheduler._pending are hashes[num_registered:pending_upto]
     num_cached_tokens: int = 0  # prompt tokens taken from the prefix cache (last admission)
     num_preemptions: int = 0
     # timestamps (time.perf_counter), for the benchmark
@@ -95,6 +97,8 @@ class Scheduler:
         self.on_admit = lambda r: None
         self.on_release = lambda r: None
         self.pending_copies: list[tuple[int, int]] = []
+        # hashes of full prompt blocks that running requests will compute (not yet registered)
+        self._pending: dict = {}
 
     # -- requests --------------------------------------------------------------------------------
 
@@ -160,10 +164,16 @@ class Scheduler:
             starved = True  # no admissions either: the blocks that free up go to r first
             break
 
-        # 3. waiting requests, in order
+        # 3. waiting requests, in order; one whose next prompt block a running request is about
+        #    to compute waits for it (and lets the requests behind it go first)
+        deferred: list[Request] = []
         while self.waiting and not starved and budget > 0 and len(self.running) < self.max_num_seqs:
             r = self.waiting[0]
-            if not self._admit(r):
+            admitted = self._admit(r)
+            if admitted is None:
+                deferred.append(self.waiting.popleft())
+                continue
+            if not admitted:
                 break
             self.waiting.popleft()
             n = min(len(r.tokens) - r.num_computed, budget, self.chunk_size)
@@ -176,6 +186,7 @@ class Scheduler:
             plan.append(self._chunk(r, n))
             planned.add(id(r))
             budget -= n
+        self.waiting.extendleft(reversed(deferred))
         return plan
 
     # -- internals ------------------------------------------------------------------------------
@@ -188,6 +199,8 @@ class Scheduler:
             self._hash_upto(r, full)
             for k in range(r.num_registered, full):
                 self.allocator.register(r.request_id, k, r.hashes[k])
+                if k < r.pending_upto:
+                    self._unpend(r.hashes[k])
             r.num_registered = max(r.num_registered, full)
         return ScheduledChunk(r, start, n, end == len(r.tokens))
 
@@ -203,13 +216,17 @@ class Scheduler:
         ``num_computed + n``); False, with nothing changed, when blocks are short."""
         return self.allocator.try_grow(r.request_id, r.num_computed + n)
 
-    def _admit(self, r: Request) -> bool:
-        """Give ``r`` its cached prefix (if any) and a row; False when it does not fit now."""
+    def _admit(self, r: Request) -> bool | None:
+        """Give ``r`` its cached prefix (if any) and a row; False when it does not fit now, None
+        when its next full block is one a running request has yet to compute (then it waits for
+        that block instead of computing it a second time)."""
         a, bs = self.allocator, self.block_size
         blocks: list[int] = []
         if self.prefix_caching:
             self._hash_upto(r, len(r.tokens) // bs)
             blocks = a.cached_prefix(r.hashes)
+            if len(blocks) < len(r.hashes) and r.hashes[len(blocks)] in self._pending:
+                return None
         # at least one token is computed, to give the logits of the next one
         cached = min(len(blocks) * bs, len(r.tokens) - 1)
         blocks = blocks[: cdiv(cached, bs)]
@@ -229,12 +246,22 @@ class Scheduler:
             a.allocate(r.request_id, 0)
         r.num_computed = r.num_cached_tokens = cached
         r.num_registered = len(blocks) if cached % bs == 0 else len(blocks) - 1
+        r.pending_upto = len(r.hashes)
+        for h in r.hashes[r.num_registered :]:
+            self._pending[h] = self._pending.get(h, 0) + 1
         r.status = RUNNING
         r.admitted = self._admissions
         self._admissions += 1
         self.running.append(r)
         self.on_admit(r)
         return True
+
+    def _unpend(self, h) -> None:
+        count = self._pending[h] - 1
+        if count:
+            self._pending[h] = count
+        else:
+            del self._pending[h]
 
     def _preempt(self, r: Request) -> None:
         self.running.remove(r)
@@ -245,6 +272,9 @@ class Scheduler:
         self.waiting.appendleft(r)
 
     def _release(self, r: Request) -> None:
+        for h in r.hashes[r.num_registered : r.pending_upto]:
+            self._unpend(h)
+        r.pending_upto = 0
         self.allocator.free(r.request_id)
         r.num_registered = 0
         self.on_release(r)
