@@ -38,8 +38,6 @@ import datetime as _dt
 import gc
 import json
 import math
-import os
-import platform
 import statistics
 import sys
 import time
@@ -319,7 +317,7 @@ def parse(argv):
     return args
 
 
-COLUMNS = ("scenario", "contender", "status", "tokens_per_s", "seconds", "ttft_p50_s", "ttft_p99_s", "tpot_p50_ms",
+COLUMNS = ("scenario", "contender", "status", "tokens_per_s", "vs_hf_cb", "seconds", "ttft_p50_s", "ttft_p99_s", "tpot_p50_ms",
            "tpot_p99_ms", "host_share_p50", "prompt_tokens_computed")
 
 
@@ -330,8 +328,29 @@ def table(rows) -> str:
     return "\n".join(lines)
 
 
+def write(args, argv, info, rows) -> str:
+    """Ratios to hf_cb, then the table (returned) and, with ``--out``, the JSON and txt files."""
+    by = {(r["scenario"], r["contender"]): r for r in rows if r["status"] == "ok"}
+    for (scenario, contender), r in by.items():
+        hf = by.get((scenario, "hf_cb")) or by.get(("plain", "hf_cb"))
+        if hf and contender != "hf_cb":
+            r["vs_hf_cb"] = round(r["tokens_per_s"] / hf["tokens_per_s"], 2)
+    text = table(rows)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        doc = dict(info, args={k: (str(v) if isinstance(v, torch.dtype) else v) for k, v in vars(args).items()},
+                   model=MODEL_TINY if args.tiny else MODEL_1B, rows=rows)
+        (out / f"serving-{args.stamp}.json").write_text(json.dumps(doc, indent=1, default=str))
+        (out / f"serving-{args.stamp}.txt").write_text(
+            f"{info['gpu']} · torch {info['torch']} · transformers {info['transformers']} · {info['date']}\n"
+            f"python benchmarks/serving.py {' '.join(argv if argv is not None else sys.argv[1:])}\n\n{text}\n")
+    return text
+
+
 def main(argv=None) -> int:
     args = parse(argv)
+    args.stamp = _dt.datetime.now().strftime("%Y-%m-%d-%H%M%S")
     device = torch.device(args.device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -360,27 +379,13 @@ def main(argv=None) -> int:
                 row.update(status="error", reason=f"{type(exc).__name__}: {exc}"[:500])
             progress(f"  -> {row}")
             rows.append(row)
+            write(args, argv, info, rows)  # after every row: a run cut short keeps what it measured
         del model
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    by = {(r["scenario"], r["contender"]): r for r in rows if r["status"] == "ok"}
-    for (scenario, contender), r in by.items():
-        hf = by.get((scenario, "hf_cb")) or by.get(("plain", "hf_cb"))
-        if hf and contender != "hf_cb":
-            r["vs_hf_cb"] = round(r["tokens_per_s"] / hf["tokens_per_s"], 2)
-    text = table(rows)
+    text = write(args, argv, info, rows)
     print(text)
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        stamp = _dt.datetime.now().strftime("%Y-%m-%d-%H%M%S")
-        doc = dict(info, args={k: (str(v) if isinstance(v, torch.dtype) else v) for k, v in vars(args).items()},
-                   model=MODEL_TINY if args.tiny else MODEL_1B, rows=rows)
-        (out / f"serving-{stamp}.json").write_text(json.dumps(doc, indent=1, default=str))
-        (out / f"serving-{stamp}.txt").write_text(
-            f"{info['gpu']} · torch {info['torch']} · transformers {info['transformers']} · {info['date']}\n"
-            f"python benchmarks/serving.py {' '.join(argv if argv is not None else sys.argv[1:])}\n\n{text}\n")
     return 0 if all(r["status"] == "ok" for r in rows if r["contender"] == "ours") else 1
 
 

@@ -25,7 +25,6 @@ cached context and a decode to its whole sequence in the same call).
 from __future__ import annotations
 
 import itertools
-import math
 import random
 import sys
 import time
@@ -39,7 +38,7 @@ from torch import Tensor
 
 from ..cache import BlockAllocator, PagedKVCache, cdiv
 from .sampling import SamplingParams, sample, seed32
-from .scheduler import FINISHED, RUNNING, Request, ScheduledChunk, Scheduler
+from .scheduler import FINISHED, Request, ScheduledChunk, Scheduler
 
 __all__ = ["Engine", "RequestOutput", "generate_batch"]
 
