@@ -292,3 +292,23 @@ def test_sass_report_cpu(tmp_path):
     assert 0 < attention["regs"] <= 255 and attention["smem"] > 0, attention
     assert attention["HMMA"] + attention["HGMMA"] > 0, attention
     assert "_attention_kernel" in result.stdout
+
+
+def test_serving_cpu(tmp_path):
+    """benchmarks/serving.py --tiny: every contender and scenario gives a row; the shared-prefix
+    run computes the prefix once."""
+    pytest.importorskip("transformers")
+    serving = _load("serving")
+    assert serving.main(["--tiny", "--device", "cpu", "--out", str(tmp_path)]) == 0
+    doc = json.loads(next(tmp_path.glob("serving-*.json")).read_text())
+    rows = {(r["scenario"], r["contender"]): r for r in doc["rows"]}
+    assert set(rows) == {("plain", "ours"), ("shared", "ours"), ("plain", "hf_cb"), ("shared", "hf_cb"),
+                         ("plain", "static")}
+    for (scenario, contender), r in rows.items():
+        assert r["status"] == "ok" or (contender == "hf_cb" and r["reason"]), r
+    plain, shared = rows[("plain", "ours")], rows[("shared", "ours")]
+    assert plain["prompt_tokens_computed"] == plain["prompt_tokens"]
+    prefix = doc["args"]["prefix_len"]
+    assert shared["prompt_tokens_computed"] == shared["prompt_tokens"] - (doc["args"]["num_requests"] - 1) * prefix
+    assert plain["output_tokens"] > 0 and plain["tokens_per_s"] > 0
+    assert (tmp_path / next(tmp_path.glob("serving-*.json")).name.replace(".json", ".txt")).exists()

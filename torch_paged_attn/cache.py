@@ -9,6 +9,13 @@ copying that block's first ``n % BS`` tokens is the caller's job (``fork`` retur
 ``PagedKVCache.copy_blocks`` does the copy). Appends only ever write into a sequence's last,
 partly filled block or into fresh blocks, so no write lands in a block another sequence reads.
 
+Prefix caching (what a serving engine uses to compute a shared system prompt once): a full block
+can be ``register``-ed under a hash of its contents (chained with its parent block's hash, so a
+hash names the whole prefix). ``cached_prefix`` finds the longest run of registered leading blocks,
+``allocate_prefix`` starts a sequence on them (reference counts), and ``copy_on_write`` gives a
+sequence a private copy of a shared block it is about to write. A registered block whose count
+drops to zero stays cached (evictable, least recently freed first) until ``_take`` needs it.
+
 ``PagedKVCache`` keeps ``key_cache_<l>`` / ``value_cache_<l>`` (``[NB, BS, Hkv, D]``) and, for fp8,
 ``k_scale_<l>`` / ``v_scale_<l>`` (float32 ``[1]``) as buffers: ``model.to(device)`` moves them,
 CUDA graphs treat them as static, and ``torch.export`` lifts them as buffers.
@@ -16,6 +23,7 @@ CUDA graphs treat them as static, and ``torch.export`` lifts them as buffers.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 
 import torch
@@ -72,15 +80,33 @@ class BlockAllocator:
         self._refs: list[int] = [0] * num_blocks
         self._tables: dict[Hashable, list[int]] = {}
         self._lens: dict[Hashable, int] = {}
+        # prefix cache: content hash <-> block, and the registered blocks nobody holds (LRU order)
+        self._block_of: dict[Hashable, int] = {}
+        self._hash_of: dict[int, Hashable] = {}
+        self._evictable: OrderedDict[int, None] = OrderedDict()
 
     # -- queries --------------------------------------------------------------------------------
 
     @property
     def num_free_blocks(self) -> int:
-        return len(self._free)
+        """Blocks a request can take: never used, or cached by nobody (evictable)."""
+        return len(self._free) + len(self._evictable)
 
     def free_blocks(self) -> list[int]:
-        return list(self._free)
+        return list(self._free) + list(self._evictable)
+
+    def num_blocks_of(self, seq: Hashable) -> int:
+        return len(self._table(seq))
+
+    def cached_prefix(self, hashes: Sequence[Hashable]) -> list[int]:
+        """The registered blocks of the longest leading run of ``hashes`` (chained block hashes)."""
+        blocks = []
+        for h in hashes:
+            b = self._block_of.get(h)
+            if b is None:
+                break
+            blocks.append(b)
+        return blocks
 
     def ref_count(self, block: int) -> int:
         return self._refs[block]
@@ -119,6 +145,43 @@ class BlockAllocator:
         self._lens[seq] = num_tokens
         return list(blocks)
 
+    def allocate_prefix(self, seq: Hashable, blocks: Sequence[int], num_tokens: int) -> None:
+        """Start ``seq`` on the cached full ``blocks`` (from ``cached_prefix``) holding its first
+        ``num_tokens`` tokens (at most ``len(blocks) * BS``, more than ``(len(blocks) - 1) * BS``)."""
+        if seq in self._tables:
+            raise ValueError(f"allocate_prefix: sequence {seq!r} already exists")
+        if not (len(blocks) - 1) * self.block_size < num_tokens <= len(blocks) * self.block_size:
+            raise ValueError(f"allocate_prefix: {num_tokens} tokens do not fill {len(blocks)} blocks")
+        for b in blocks:
+            if self._refs[b] == 0:
+                if b not in self._evictable:
+                    raise ValueError(f"allocate_prefix: block {b} is neither held nor cached")
+                del self._evictable[b]
+            self._refs[b] += 1
+        self._tables[seq] = list(blocks)
+        self._lens[seq] = num_tokens
+
+    def register(self, seq: Hashable, index: int, block_hash: Hashable) -> None:
+        """Record that block ``index`` of ``seq`` is full and holds the content named by
+        ``block_hash``; a hash already registered keeps its first block."""
+        block = self._table(seq)[index]
+        if block_hash not in self._block_of and block not in self._hash_of:
+            self._block_of[block_hash] = block
+            self._hash_of[block] = block_hash
+
+    def copy_on_write(self, seq: Hashable, index: int) -> tuple[int, int] | None:
+        """Make block ``index`` of ``seq`` private before ``seq`` writes into it: when another
+        sequence holds it or the prefix cache names it, ``seq`` gets a fresh block instead and the
+        caller copies ``src -> dst`` (``PagedKVCache.copy_blocks``). Returns ``(src, dst)`` or None."""
+        table = self._table(seq)
+        src = table[index]
+        if self._refs[src] == 1 and src not in self._hash_of:
+            return None
+        (dst,) = self._take(1, f"copying block {src} of {seq!r} before a write")
+        self._release(src)
+        table[index] = dst
+        return src, dst
+
     def append(self, seq: Hashable, num_tokens: int = 1) -> list[int]:
         """Extend ``seq`` by ``num_tokens`` tokens, taking blocks as needed; returns their slots."""
         table = self._table(seq)
@@ -130,6 +193,22 @@ class BlockAllocator:
         table.extend(self._take(need, f"appending {num_tokens} tokens to {seq!r} ({old} tokens)"))
         self._lens[seq] = new
         return self.slots(seq, old, new)
+
+    def try_grow(self, seq: Hashable, num_tokens: int) -> bool:
+        """Make ``seq`` hold ``num_tokens`` tokens (at least its current length), taking blocks as
+        needed: ``append`` without the slot list, and False (nothing changed) instead of
+        ``OutOfBlocksError`` when blocks are short. A serving scheduler calls it once per request
+        and step."""
+        table = self._table(seq)
+        if num_tokens < self._lens[seq]:
+            raise ValueError(f"try_grow: {seq!r} holds {self._lens[seq]} tokens, cannot shrink to {num_tokens}")
+        need = -(-num_tokens // self.block_size) - len(table)
+        if need > 0:
+            if need > len(self._free) + len(self._evictable):
+                return False
+            table.extend(self._take(need, f"growing {seq!r} to {num_tokens} tokens"))
+        self._lens[seq] = num_tokens
+        return True
 
     def fork(self, parent: Hashable, child: Hashable) -> tuple[int, int] | None:
         """Start ``child`` as a copy of ``parent``: the full blocks are shared (reference counts),
@@ -152,9 +231,7 @@ class BlockAllocator:
         """End ``seq``: its blocks whose reference count drops to zero become free."""
         table = self._table(seq)
         for b in reversed(table):
-            self._refs[b] -= 1
-            if self._refs[b] == 0:
-                self._free.append(b)
+            self._release(b)
         del self._tables[seq], self._lens[seq]
 
     # -- internals ------------------------------------------------------------------------------
@@ -165,12 +242,26 @@ class BlockAllocator:
         except KeyError:
             raise KeyError(f"unknown sequence {seq!r} ({len(self._tables)} live sequences)") from None
 
+    def _release(self, block: int) -> None:
+        self._refs[block] -= 1
+        if self._refs[block] == 0:
+            if block in self._hash_of:
+                self._evictable[block] = None
+            else:
+                self._free.append(block)
+
     def _take(self, count: int, request: str) -> list[int]:
-        if count > len(self._free):
-            raise OutOfBlocksError(request, count, len(self._free), self.num_blocks)
-        blocks = [self._free.pop() for _ in range(count)]
-        for b in blocks:
+        if count > self.num_free_blocks:
+            raise OutOfBlocksError(request, count, self.num_free_blocks, self.num_blocks)
+        blocks = []
+        for _ in range(count):
+            if self._free:
+                b = self._free.pop()
+            else:  # evict the least recently freed cached block
+                b, _ = self._evictable.popitem(last=False)
+                del self._block_of[self._hash_of.pop(b)]
             self._refs[b] = 1
+            blocks.append(b)
         return blocks
 
 

@@ -63,6 +63,7 @@ DEFAULT_BLOCK_SIZE = 16
 __all__ = [
     "ATTN_IMPLEMENTATION",
     "PagedCache",
+    "RaggedBatch",
     "PagedLayer",
     "PagedStep",
     "paged_attention_forward",
@@ -187,6 +188,53 @@ class PagedCache(Cache):
         super().__init__(layers=layers)
 
 
+@dataclass
+class RaggedBatch:
+    """One ragged step of many sequences, for a model called as
+    ``model(input_ids [1, T], position_ids [1, T], use_cache=False, paged_batch=RaggedBatch(...))``
+    (what ``torch_paged_attn.serving`` does): transformers hands the keyword to every attention
+    call, and layer ``l`` (``module.layer_idx``) stores its keys/values at ``slot_mapping`` in
+    ``key_caches[l]`` / ``value_caches[l]`` and attends over them with the step's
+    ``block_table [B, MB]``, ``seq_lens [B]``, ``query_start_loc [B + 1]`` (int32; decode tokens
+    and prefill chunks mixed, causal bottom-right aligned; padding rows as DESIGN.md describes).
+    No ``Cache`` object and no mask are involved."""
+
+    key_caches: list[Tensor]
+    value_caches: list[Tensor]
+    block_table: Tensor
+    seq_lens: Tensor
+    query_start_loc: Tensor
+    slot_mapping: Tensor
+    max_query_len: int = -1
+
+
+def _ragged_attention(module, query, key, value, batch: RaggedBatch, scaling, sliding_window, softcap, sinks):
+    """``paged_attention_forward`` for a :class:`RaggedBatch`: ``query [1, Hq, T, D]``,
+    ``key``/``value [1, Hkv, T, D]`` (the step's new tokens, not yet stored). Returns
+    ``(out [1, T, Hq, Dv], None)``."""
+    if query.shape[0] != 1:
+        raise ValueError(f"paged_batch: expected input_ids of shape [1, T], got a batch of {query.shape[0]}")
+    layer = getattr(module, "layer_idx", None)
+    if layer is None:
+        raise ValueError(f"paged_batch: the attention module {type(module).__name__} has no layer_idx")
+    key_cache, value_cache = batch.key_caches[layer], batch.value_caches[layer]
+    reshape_and_cache(key[0].transpose(0, 1), value[0].transpose(0, 1), key_cache, value_cache, batch.slot_mapping)
+    out, _ = paged_attention(
+        query[0].transpose(0, 1),
+        key_cache,
+        value_cache,
+        batch.block_table,
+        batch.seq_lens,
+        batch.query_start_loc,
+        scale=scaling,
+        window_left=sliding_window - 1 if sliding_window else -1,
+        softcap=float(softcap) if softcap else 0.0,
+        sinks=sinks,
+        max_query_len=batch.max_query_len,
+    )
+    return out.unsqueeze(0), None
+
+
 def paged_attention_mask(*args, attention_mask: Tensor | None = None, **kwargs) -> Tensor | None:
     """The mask ``"paged_attn"`` layers receive: the model's 2D padding mask ``[B, past + L]``
     (True for a real token) as it came, or None when the model was given none. Causal, window and
@@ -232,10 +280,16 @@ def paged_attention_forward(
         key, value: the :class:`PagedStep` that :class:`PagedLayer` returned from ``update``.
         attention_mask: ``[B, past + L]`` bool padding mask (True = real token) or None.
         scaling: score scale; None means ``1/sqrt(D)``.
+        paged_batch (keyword): a :class:`RaggedBatch`; the step is then one ragged row
+            ``[1, T]`` of many sequences described by it (``key``/``value`` are the new tokens).
 
     Returns:
         ``(out [B, L, Hq, Dv], None)``; attention weights are never materialised.
     """
+    ragged = kwargs.get("paged_batch")
+    if ragged is not None:
+        sinks = s_aux if s_aux is not None else kwargs.get("sinks")
+        return _ragged_attention(module, query, key, value, ragged, scaling, sliding_window, softcap, sinks)
     if not isinstance(key, PagedStep):
         raise ValueError(
             'attn_implementation="paged_attn" attends over a PagedCache: pass '
