@@ -27,7 +27,7 @@ from test_triton_paged_attention import (  # noqa: E402
 )
 
 import torch_paged_attn  # noqa: E402  (registers the ops)
-from torch_paged_attn import _config  # noqa: E402
+from torch_paged_attn import _config, lowering  # noqa: E402
 from torch_paged_attn.lowering import reference  # noqa: E402
 from torch_paged_attn.lowering.triton import paged_attention as tpa  # noqa: E402
 from torch_paged_attn.lowering.triton import prefill  # noqa: E402
@@ -48,6 +48,7 @@ def hopper(monkeypatch):
     table = {d: PACKED for d in (16, 32, 64, 128)}
     monkeypatch.setattr(prefill, "_capability", lambda device: (9, 0))
     monkeypatch.setitem(prefill._CONFIGS, 9, table)
+    monkeypatch.setattr(lowering, "_CHOICES", {})  # no plan made before the patches
     launched = []
     real = prefill.prepare
 
@@ -65,8 +66,14 @@ def check_against_loop(case: Case, tile: tuple, table: dict, launched: list, sco
         table[d] = tile
     batch, options = make_inputs(case, device, zlib.crc32(case.id.encode()))
     options["scale"] *= score_gain
-    out, lse = run_triton(batch, options, with_lse=case.with_lse, max_query_len=max(case.q_lens) if case.hint else -1)
-    assert launched and launched[-1] == tile, "the prefill kernel did not run"
+    hint = max(case.q_lens) if case.hint else -1
+    out, lse = run_triton(batch, options, with_lse=case.with_lse, max_query_len=hint)
+    declined = prefill.declines(tile, case.head_size, case.head_size_v or case.head_size, case.block_size,
+                                case.num_heads // case.num_kv_heads, hint)
+    if declined is None:
+        assert launched and launched[-1] == tile, "the prefill kernel did not run"
+    else:  # the shared kernel runs these sizes; its result is checked all the same
+        assert not launched, f"the prefill kernel ran a call it declines ({declined})"
     if device != "cpu":  # GPU sizes: the reference on the float32 upcast (checked against the loop elsewhere)
         check_against_reference(batch, options, out, lse, case.dtype)
         return
@@ -123,7 +130,7 @@ def test_prefill_kernel_bad_block_ids_interpreted(hopper) -> None:
     from test_triton_paged_attention import _bad_block_ids, check_against_reference
 
     table, launched = hopper
-    case = Case((9, 3, 12), (100, 50, 64), block_size=8, sinks=True)
+    case = Case((9, 3, 12), (100, 50, 64), block_size=16, sinks=True)
     batch, options = make_inputs(case, "cpu", seed=11)
     _bad_block_ids(batch)
     out, lse = run_triton(batch, options)
@@ -189,6 +196,7 @@ def sm90_everywhere(monkeypatch):
     if torch.cuda.get_device_capability()[0] not in prefill._CONFIGS:
         pytest.skip("no prefill kernel table for this GPU")
     monkeypatch.setattr(tpa, "_num_sms", lambda device: 1)
+    monkeypatch.setattr(lowering, "_CHOICES", {})  # no plan made before the patches
     launched = []
     real = prefill.prepare
     monkeypatch.setattr(prefill, "prepare", lambda *a, **k: launched.append(a[8]) or real(*a, **k))
