@@ -26,8 +26,11 @@ Backend (``set_backend``, ``backend()``, ``TORCH_PAGED_ATTN_BACKEND``), one of `
 ``"auto"`` (default: FlashAttention for prefill-like calls it supports, else Triton; the rule is
 in ``torch_paged_attn/lowering/flash.py``), ``"triton"``, ``"flash"`` (FlashAttention wherever it
 supports the call, else Triton; an error on CUDA when no FlashAttention package is installed) and
-``"reference"`` (the plain-PyTorch specification, on any device). Off CUDA the reference runs
-whatever the setting.
+``"reference"`` (the plain-PyTorch specification, on any device). Off CUDA the reference runs,
+except that ``"triton"`` runs the Triton kernels on CPU tensors under Triton's interpreter
+(``TRITON_INTERPRET=1`` set before the process starts; traced calls still trace the reference);
+an explicit ``"triton"`` or ``"flash"`` that falls back is logged once at warning level on the
+``torch_paged_attn.lowering`` logger.
 """
 
 from __future__ import annotations
