@@ -23,9 +23,12 @@ def test_ci_runs_the_readme_test_command():
     commands = _fenced("bash")
     assert len(commands) == 2, "README shows exactly two commands: the demo and the tests"
     test_command = commands[1].strip()
-    assert "pytest" in test_command
-    ci = (ROOT / ".ci" / "run").read_text().splitlines()
-    assert test_command in ci, f".ci/run does not run the README's test command {test_command!r}"
+    assert "pytest" in test_command and "TRITON_INTERPRET=1 python -m pytest tests" in test_command
+    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line and not line.startswith("#")]
+    assert ci[-1] == test_command, f".ci/run's last command is not the README's test command {test_command!r}"
+    assert not any("TRITON_INTERPRET" in line for line in ci[:-1]), "the README's line alone sets TRITON_INTERPRET"
+    torch_install = [i for i, line in enumerate(ci) if "pip install" in line and "torch==" in line]
+    assert torch_install and torch_install[0] < len(ci) - 1, ".ci/run installs torch before the test command"
 
 
 def test_readme_usage_example_runs():
