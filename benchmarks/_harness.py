@@ -4,8 +4,10 @@ Timing (``bench``):
 - CUDA, first choice: warm up on a side stream, capture ``calls`` launches in one CUDA graph and
   time each replay with CUDA events; one sample = replay time / ``calls``. Host launch cost is
   out of the measurement, as it is in a serving engine that replays graphs.
-- CUDA, when capture fails (a contender that synchronises, say): CUDA events around each call,
-  with the L2 cache flushed (a 256 MiB memset) before every call, as ``triton.testing.do_bench``.
+- CUDA, eager (``use_graph=False``: calls as most PyTorch code makes them, host cost included
+  wherever the host is slower than the kernel), and when capture fails (a contender that
+  synchronises, say): CUDA events around each call, with the L2 cache flushed (a 256 MiB memset)
+  before every call, as ``triton.testing.do_bench``.
 - CPU (smoke runs only): ``time.perf_counter`` around each call.
 
 The cache must not flatter small shapes: a contender gets several independent copies of its
@@ -331,6 +333,8 @@ class Row:
     flops: int | None = None
     tflops: float | None = None
     vs_fa4: float | None = None
+    vs_flashinfer: float | None = None  # FlashInfer's p50 / this row's p50, same mode (> 1: faster)
+    mode: str = ""  # "graph" (CUDA-graph replays), "eager" (one call per sample, L2 flushed), "" (one)
     timing: str = ""
     rotations: int | None = None
     calls_per_sample: int | None = None
@@ -357,11 +361,16 @@ def _fmt(x: float | None, spec: str) -> str:
 
 def print_table(rows: Sequence[Row], title: str = "") -> None:
     """A fixed-width table on stdout: one line per row, n/a rows with their reason."""
-    headers = ("shape", "provider", "p50 us", "p20-p80 us", "GB/s", "% copy", "TFLOP/s", "vs FA4", "note")
+    modes = any(r.mode for r in rows)
+    flashinfer = any(r.vs_flashinfer is not None for r in rows)
+    headers = ("shape", "provider", *(("mode",) if modes else ()), "p50 us", "p20-p80 us", "GB/s", "% copy",
+               "TFLOP/s", "vs FA4", *(("vs FI",) if flashinfer else ()), "note")
     lines = []
     for r in rows:
+        mode = (r.mode,) if modes else ()
         if r.status != "ok":
-            lines.append((r.shape, r.provider, "n/a", "", "", "", "", "", r.reason[:100]))
+            lines.append((r.shape, r.provider, *mode, "n/a", "", "", "", "", "", *(("",) if flashinfer else ()),
+                          r.reason[:100]))
             continue
         spread = f"{r.p20_us:.1f}-{r.p80_us:.1f}"
         note = r.reason or str(r.extra.get("note", ""))
@@ -369,12 +378,14 @@ def print_table(rows: Sequence[Row], title: str = "") -> None:
             (
                 r.shape,
                 r.provider,
+                *mode,
                 f"{r.p50_us:.2f}",
                 spread,
                 _fmt(r.gbps, ".0f"),
                 _fmt(r.pct_copy, ".1f"),
                 _fmt(r.tflops, ".1f") if r.flops is not None else "",
                 _fmt(r.vs_fa4, ".2f") + "x" if r.vs_fa4 is not None else "",
+                *((_fmt(r.vs_flashinfer, ".2f") + "x" if r.vs_flashinfer is not None else "",) if flashinfer else ()),
                 note[:100],
             )
         )
@@ -451,17 +462,22 @@ def parse_cli(
     example: str,
     default_out: str,
     argv: list[str] | None = None,
+    extra_args: Callable[[argparse.ArgumentParser], None] | None = None,
 ) -> tuple[argparse.Namespace, torch.device, list[Any]]:
     """The command line every benchmark shares: ``--shapes --providers --quick --device --tiny
-    --out``. Returns the arguments, the device and the selected shapes (``tiny`` stand-ins with
-    ``--tiny``; a CPU device runs only those)."""
+    --out`` (``--contenders`` is ``--providers``), plus what ``extra_args(parser)`` adds. Returns the
+    arguments, the device and the selected shapes (``tiny`` stand-ins with ``--tiny``; a CPU device
+    runs only those)."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--shapes", help=f"comma-separated names or globs (substring match), e.g. {example}")
-    ap.add_argument("--providers", help="comma-separated contender names or globs")
+    ap.add_argument("--providers", "--contenders", dest="providers",
+                    help="comma-separated contender names or globs (substring match), e.g. flashinfer,torch_paged_attn")
     ap.add_argument("--quick", action="store_true", help="5 samples per contender instead of 30")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--tiny", action="store_true", help="small stand-in shapes (smoke runs)")
     ap.add_argument("--out", default=default_out, help="directory of the JSON results")
+    if extra_args is not None:
+        extra_args(ap)
     args = ap.parse_args(argv)
     device = resolve_device(args.device)
     if device.type == "cpu" and not args.tiny:

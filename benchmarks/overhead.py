@@ -6,11 +6,22 @@
 Every op runs on the smallest inputs of its kind (one token, one block), so the GPU finishes each
 kernel long before the host has issued the next call, and the time per call is the host's:
 
+    call us    perf_counter around one call with the GPU idle (synchronised before it; median of
+               ``--calls`` calls): the host wall time of one eager call, as FlashInfer's run() is
+               measured (``--null-launch``: the package's host code alone)
     host us    perf_counter over 100 calls issued while the GPU is held busy by a sleep kernel
                (nothing waits on the device: the Python, dispatch and launch cost alone)
     events us  CUDA events around ``--calls`` back-to-back calls, divided by their number
-               (= host time per call whenever the kernels are shorter than the host work)
+               (= host time per call whenever the kernels are shorter than the host work: the
+               end-to-end figure of a stream of eager calls)
     wall us    perf_counter over ``--calls`` calls plus the final synchronisation
+
+Rows besides the public functions: ``... via torch.ops`` calls the registered op through the
+dispatcher (``torch.ops.paged_attn.<op>``: what torch.compile, export and modes see; the public
+functions skip it on plain eager calls, ``ops/_library.declare``), so the difference is the
+custom-op dispatcher's own cost; and, when FlashInfer imports (CUDA), ``flashinfer decode run()``
+(CUDA cores and tensor cores, planned once outside the timing, on the same one-token inputs) and
+``flashinfer merge_state``, measured the same way.
 
 The baselines are a null Triton kernel (an empty @triton.jit function) launched by
 ``kernel[grid]`` (Triton's ``JITFunction.run``) and by the package's cached launcher
@@ -147,9 +158,16 @@ def op_calls(device: torch.device) -> dict[str, Callable[[], Any]]:
     kv_c, k_pe, gathered = t(1, L), t(1, R), torch.empty(BS, W, device=device, dtype=dt)
     cu = i32(0, BS)
     scale = 1.0 / math.sqrt(D)
+    ops = torch.ops.paged_attn
     return {
         "paged_attention": lambda: tpa.paged_attention(q, kc, vc, table, lens, qsl, scale=scale, max_query_len=1),
+        "paged_attention via torch.ops": lambda: ops.paged_attention(
+            q, kc, vc, table, lens, qsl, scale=scale, max_query_len=1
+        ),
         "paged_attention_out": lambda: tpa.paged_attention_out(
+            q, kc, vc, table, lens, qsl, out, lse, scale=scale, max_query_len=1
+        ),
+        "paged_attention_out via torch.ops": lambda: ops.paged_attention_out(
             q, kc, vc, table, lens, qsl, out, lse, scale=scale, max_query_len=1
         ),
         "reshape_and_cache": lambda: tpa.reshape_and_cache(k, v, kc, vc, slots),
@@ -158,6 +176,34 @@ def op_calls(device: torch.device) -> dict[str, Callable[[], Any]]:
         "mla_decode": lambda: tpa.mla_decode(ql, qr, mla_cache, table, lens, qsl, scale=0.07),
         "concat_and_cache_mla": lambda: tpa.concat_and_cache_mla(kv_c, k_pe, mla_cache, slots),
         "gather_cache": lambda: tpa.gather_cache(mla_cache, table, cu, None, gathered),
+    }
+
+
+def flashinfer_calls(device: torch.device) -> dict[str, Callable[[], Callable[[], Any]]]:
+    """FlashInfer's decode ``run()`` (CUDA cores, tensor cores) and ``merge_state`` on the inputs
+    of ``op_calls`` (one token over one 16-key block, Hq 32 / Hkv 8, D 128, bf16), each wrapper
+    planned once before timing, as a FlashInfer user calls them; factories (FlashInfer JIT-compiles
+    at the first plan), an exception when FlashInfer does not import."""
+    import flashinfer
+
+    dt, Hq, Hkv, D, BS = torch.bfloat16, 32, 8, 128, 16
+    q = torch.randn(1, Hq, D, device=device, dtype=dt)
+    kc, vc = (torch.randn(2, BS, Hkv, D, device=device, dtype=dt) for _ in range(2))
+    po, so = (torch.randn(1, Hq, D, device=device, dtype=dt) for _ in range(2))
+    pl, sl = (torch.randn(1, Hq, device=device) for _ in range(2))
+
+    def decode(tensor_cores: bool) -> Callable[[], Any]:
+        ws = torch.zeros(128 * 2**20, dtype=torch.uint8, device=device)
+        w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=tensor_cores)
+        i32 = lambda *v: torch.tensor(v, dtype=torch.int32)  # noqa: E731  (plan takes host tensors)
+        w.plan(i32(0, 1), i32(0), i32(BS), Hq, Hkv, D, BS, q_data_type=dt, kv_data_type=dt,
+               sm_scale=1.0 / math.sqrt(D))
+        return lambda: w.run(q, (kc, vc))
+
+    return {
+        "flashinfer decode run()": lambda: decode(False),
+        "flashinfer decode run() (tensor cores)": lambda: decode(True),
+        "flashinfer merge_state": lambda: (lambda: flashinfer.merge_state(po, pl, so, sl)),
     }
 
 
@@ -177,7 +223,17 @@ def measure(fn: Callable[[], Any], device: torch.device, calls: int, reps: int) 
         H.synchronize(device)
         return (time.perf_counter() - t0) * 1e6 / calls
 
-    result: dict[str, float | None] = {"host_us": None, "events_us": None, "wall_us": _median(wall, reps)}
+    def call() -> float:  # one call, the GPU idle before it
+        times = []
+        for _ in range(calls):
+            H.synchronize(device)
+            t0 = time.perf_counter_ns()
+            fn()
+            times.append(time.perf_counter_ns() - t0)
+        return statistics.median(times) / 1e3
+
+    result: dict[str, float | None] = {"call_us": _median(call, reps), "host_us": None, "events_us": None,
+                                       "wall_us": _median(wall, reps)}
     if device.type != "cuda":
         return result
 
@@ -231,6 +287,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _raiser(reason: str) -> Callable[[], Callable[[], Any]]:
+    def make():
+        raise RuntimeError(reason)
+
+    return make
+
+
 def _measure_all(args, device: torch.device, calls: int, reps: int, binary_calls: list[int] | None) -> list[H.Row]:
     targets: dict[str, Callable[[], Callable[[], Any]]] = {}
     if device.type == "cuda" and not args.null_launch:
@@ -240,6 +303,12 @@ def _measure_all(args, device: torch.device, calls: int, reps: int, binary_calls
         targets["torch add_ (1 element)"] = lambda: (lambda: one.add_(1))
     ops = op_calls(device)
     targets.update({name: (lambda f=f: f) for name, f in ops.items()})
+    if device.type == "cuda" and not args.null_launch:
+        try:
+            targets.update(flashinfer_calls(device))
+        except Exception as e:  # not installed, or failing to load: one row says so
+            H.progress(f"  flashinfer: {type(e).__name__}: {str(e)[:120]}")
+            targets["flashinfer decode run()"] = _raiser(f"flashinfer not importable ({type(e).__name__}: {str(e)[:80]})")
 
     rows: list[H.Row] = []
     for name, make in targets.items():
@@ -252,14 +321,17 @@ def _measure_all(args, device: torch.device, calls: int, reps: int, binary_calls
             fn = make()
             note = ""
             if name in ops:
+                from torch_paged_attn import lowering
+
+                lowering._CHOICES.clear()  # the note names the backend a fresh plan selects
                 note = H.backend_of(fn)[1]
             row.extra.update(measure(fn, device, calls, reps), note=note)
             if binary_calls is not None:  # --null-launch: kernels one call launches on the cached path
                 binary_calls[0] = 0
                 fn()
                 row.extra["cached_launches"] = binary_calls[0]
-                row.extra["note"] = f"{note}; {binary_calls[0]} cached launch(es) a call"
-            if name in ops and device.type == "cuda" and not args.null_launch:
+                row.extra["note"] = "; ".join(x for x in (note, f"{binary_calls[0]} cached launch(es) a call") if x)
+            if name in ops and "torch.ops" not in name and device.type == "cuda" and not args.null_launch:
                 with _env("TORCH_PAGED_ATTN_FAST_LAUNCH", "0"):
                     slow = measure(fn, device, calls, reps)
                 row.extra.update({f"{k.removesuffix('_us')}_slow_us": v for k, v in slow.items()})
@@ -270,17 +342,17 @@ def _measure_all(args, device: torch.device, calls: int, reps: int, binary_calls
 
 
 def _print(rows: list[H.Row], meta: dict, calls: int) -> None:
-    cols = ("host_us", "events_us", "over_null_us", "wall_us", "host_slow_us", "events_slow_us")
+    cols = ("call_us", "host_us", "events_us", "over_null_us", "wall_us", "host_slow_us", "events_slow_us")
     print(f"\neager overhead per call ({meta['gpu']}, {calls} calls, median of repetitions)")
-    print(f"{'op':<28}" + "".join(f"{c.replace('_us', ' us').replace('_', ' '):>16}" for c in cols) + "  note")
+    print(f"{'op':<40}" + "".join(f"{c.replace('_us', ' us').replace('_', ' '):>16}" for c in cols) + "  note")
     for r in rows:
         if r.status != "ok":
-            print(f"{r.provider:<28}{'n/a':>16}  {r.reason}")
+            print(f"{r.provider:<40}{'n/a':>16}  {r.reason}")
             continue
         cells = "".join(
             f"{r.extra[c]:>16.1f}" if r.extra.get(c) is not None else f"{'':>16}" for c in cols
         )
-        print(f"{r.provider:<28}{cells}  {r.extra.get('note', '')}")
+        print(f"{r.provider:<40}{cells}  {r.extra.get('note', '')}")
 
 
 if __name__ == "__main__":

@@ -20,13 +20,15 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
 def series(doc: dict) -> dict[str, list[tuple[int, float, str]]]:
-    """provider (plus " fp8") -> [(context length, % of copy bandwidth, shape name)], sorted."""
+    """provider (plus " fp8", plus " eager" for eager-mode rows) -> [(context length, % of copy
+    bandwidth, shape name)], sorted."""
     out: dict[str, list[tuple[int, float, str]]] = defaultdict(list)
     for r in doc["rows"]:
         extra = r.get("extra") or {}
         if r.get("status") != "ok" or extra.get("kind") != "decode" or r.get("pct_copy") is None:
             continue
         key = r["provider"] + (" fp8" if "float8" in r.get("dtype", "") else "")
+        key += " eager" if r.get("mode") == "eager" else ""
         out[key].append((int(extra["seq_len"]), float(r["pct_copy"]), r["shape"]))
     return {k: sorted(v) for k, v in sorted(out.items())}
 

@@ -13,8 +13,12 @@
 #   tests-b      paged attention grid, validation, transformers, FlashAttention backend [~8 min]
 #   fuzz-a fuzz-b fuzz-c   fuzz families 0-12, 13-25, 26-39 (2,000 configurations in all) [~8 min each]
 #   memcheck     compute-sanitizer over the planted-bad-table tests         [~3 min]
-#   attention    benchmarks/paged_attention.py, then the plot               [~5 min]
-#   other        overhead.py, mla_decode.py, decode_step.py --layers 2 16 --batch 1 8 [~8 min]
+#   attention    benchmarks/paged_attention.py (every contender, FlashInfer included, CUDA-graph and
+#                eager timing), then the plot [~5 min before FlashInfer and eager rows; not yet
+#                timed since: FlashInfer's first JIT compilation adds minutes, cached after]
+#   other        overhead.py (FlashInfer run() rows when it imports; then --null-launch: the
+#                package's host code alone), mla_decode.py,
+#                decode_step.py --layers 2 16 --batch 1 8 [~8 min]
 #   sweeps-a sweeps-b   tune.py tile sweeps: MLA MTP (both score orientations), fp8 decode (attention,
 #                MLA); prefill, chunked prefill,
 #                MLA H128 (not in the default list: run them after a kernel change)
@@ -71,6 +75,7 @@ for part in "${parts[@]}"; do
     other)
         echo "== benchmarks: overhead, MLA decode, decode step =="
         python3 benchmarks/overhead.py --out "$out" 2>&1 | tee "$out/overhead.txt"
+        python3 benchmarks/overhead.py --null-launch --out "$out" 2>&1 | tee "$out/overhead-null-launch.txt"
         python3 benchmarks/mla_decode.py --out "$out" 2>"$out/mla-progress.log" | tee "$out/mla_decode.txt"
         python3 benchmarks/decode_step.py --layers 2 16 --batch 1 8 --out "$out" 2>"$out/decode-step-progress.log" \
           | tee "$out/decode_step.txt" ;;

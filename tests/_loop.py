@@ -114,7 +114,10 @@ def _softmax_row(
     scores: list[float], values: list[list[float]], sink: float, dv: int
 ) -> tuple[list[float], float]:
     """``(sum_j exp(s_j) v_j / (exp(sink) + sum_j exp(s_j)), log(exp(sink) + sum_j exp(s_j)))``;
-    no key and no sink (``sink = -inf``) gives zeros and -inf."""
+    no key and no sink (``sink = -inf``) gives zeros and -inf; a NaN score (a NaN scale, query
+    or key) gives NaN and NaN."""
+    if any(math.isnan(s) for s in scores):
+        return [math.nan] * dv, math.nan
     m = max(scores + [sink])
     if m == NEG_INF:
         return [0.0] * dv, NEG_INF
@@ -323,7 +326,8 @@ def merge_attn_states(
     prefix_out: Tensor, prefix_lse: Tensor, suffix_out: Tensor, suffix_lse: Tensor
 ) -> tuple[Tensor, Tensor]:
     """Per (token, head): ``lse = log(exp(lse_p) + exp(lse_s))`` and the weighted outputs; an
-    infinite LSE marks an empty part whose output is never read. Float64 ``(out, lse)``."""
+    infinite LSE marks an empty part whose output is never read, a NaN LSE in either part gives
+    NaN and NaN. Float64 ``(out, lse)``."""
     num_tokens, num_heads, head_size = prefix_out.shape
     po, so = prefix_out.double().tolist(), suffix_out.double().tolist()
     pl, sl = prefix_lse.double().tolist(), suffix_lse.double().tolist()
@@ -336,6 +340,9 @@ def merge_attn_states(
                 for l, o in ((pl[t][h], po[t][h]), (sl[t][h], so[t][h]))
                 if not math.isinf(l)
             ]
+            if any(math.isnan(l) for l, _ in parts):
+                out[t][h], lse[t][h] = [math.nan] * head_size, math.nan
+                continue
             if not parts:
                 continue
             m = max(l for l, _ in parts)
@@ -354,7 +361,7 @@ def merge_attn_states(
 def merge_attn_states_n(outs: Tensor, lses: Tensor) -> tuple[Tensor, Tensor]:
     """Per (token, head): ``lse = log(sum_i exp(lses[i]))`` over the finite parts and the
     outputs weighted by ``exp(lses[i] - lse)``; an infinite LSE marks an empty part whose output
-    is never read. ``outs [N, T, H, D]``, ``lses [N, T, H]``; float64 ``(out [T, H, D], lse [T, H])``."""
+    is never read, a NaN LSE in any part gives NaN and NaN. ``outs [N, T, H, D]``, ``lses [N, T, H]``; float64 ``(out [T, H, D], lse [T, H])``."""
     num_parts, num_tokens, num_heads, head_size = outs.shape
     o, l = outs.double().tolist(), lses.double().tolist()
     out = [[[0.0] * head_size for _ in range(num_heads)] for _ in range(num_tokens)]
@@ -362,6 +369,9 @@ def merge_attn_states_n(outs: Tensor, lses: Tensor) -> tuple[Tensor, Tensor]:
     for t in range(num_tokens):
         for h in range(num_heads):
             parts = [(l[i][t][h], o[i][t][h]) for i in range(num_parts) if not math.isinf(l[i][t][h])]
+            if any(math.isnan(x) for x, _ in parts):
+                out[t][h], lse[t][h] = [math.nan] * head_size, math.nan
+                continue
             if not parts:
                 continue
             m = max(x for x, _ in parts)

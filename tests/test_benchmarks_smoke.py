@@ -25,7 +25,7 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 SMOKE_SHAPES = "decode_B64_ctx4096,decode_fp8*,chunked_prefill*,cache_update_T256,merge*"
 ROW_KEYS = {
     "shape", "provider", "dtype", "status", "reason", "p20_us", "p50_us", "p80_us", "bytes",
-    "bytes_formula", "gbps", "pct_copy", "flops", "tflops", "vs_fa4", "timing", "rotations",
+    "bytes_formula", "gbps", "pct_copy", "flops", "tflops", "vs_fa4", "vs_flashinfer", "mode", "timing", "rotations",
     "calls_per_sample", "samples", "extra",
 }
 
@@ -70,14 +70,16 @@ def test_header(results):
 def test_rows_cover_every_shape_and_contender(results):
     got = {(r["shape"], r["provider"]) for r in results["rows"]}
     attention = {"torch_paged_attn", "torch_paged_attn[flash]", "torch_paged_attn[auto]", "gather+sdpa",
-                 "flex_attention(paged)", "flash_attn_4"}
+                 "flex_attention(paged)", "flash_attn_4", "vllm_triton"}
+    decode = {"torch_paged_attn[batch-inv]", "flashinfer(decode)", "flashinfer(decode,tc)"}
     expected = set()
     for shape in ("decode_B64_ctx4096", "decode_fp8_B64_ctx4096"):
-        expected |= {(shape, p) for p in attention | {"torch_paged_attn[batch-inv]"}}
-    expected |= {("chunked_prefill_B4_q512_ctx4096", p) for p in attention}
-    for shape in ("cache_update_T256", "merge_T8192_H32_D128"):
-        expected |= {(shape, "torch_paged_attn"), (shape, "torch")}
+        expected |= {(shape, p) for p in attention | decode}
+    expected |= {("chunked_prefill_B4_q512_ctx4096", p) for p in attention | {"flashinfer(prefill)"}}
+    expected |= {("cache_update_T256", "torch_paged_attn"), ("cache_update_T256", "torch")}
+    expected |= {("merge_T8192_H32_D128", p) for p in ("torch_paged_attn", "flashinfer", "torch")}
     assert got == expected
+    assert len(got) == len(results["rows"])  # a CPU run has one timing mode: one row per contender
     for r in results["rows"]:  # a progress line per shape and contender on stderr
         assert f"{r['shape']}: {r['provider']}" in results["_stderr"]
 
@@ -99,6 +101,10 @@ def test_rows_well_formed(results):
             assert r["flops"] > 0 and r["tflops"] > 0
     # contenders that cannot run here, and why
     assert by[("decode_B64_ctx4096", "flash_attn_4")]["reason"] == "needs CUDA"
+    for shape, p in (("decode_B64_ctx4096", "flashinfer(decode,tc)"), ("merge_T8192_H32_D128", "flashinfer"),
+                     ("chunked_prefill_B4_q512_ctx4096", "flashinfer(prefill)")):
+        assert by[(shape, p)]["reason"] == "needs CUDA"  # checked before FlashInfer is imported
+    assert all(r["mode"] == "" and r["vs_flashinfer"] is None for r in results["rows"])
     assert "fp8" in by[("decode_fp8_B64_ctx4096", "flex_attention(paged)")]["reason"]
     assert by[("decode_B64_ctx4096", "flex_attention(paged)")]["status"] == "ok"
     assert by[("decode_B64_ctx4096", "torch_paged_attn")]["extra"]["note"] == "backend: reference"
@@ -114,6 +120,26 @@ def test_byte_and_flop_formulas():
     prefill = pa.Shape("p", "prefill", batch=1, q_len=3, seq_len=5)  # rows see 3, 4, 5 keys
     assert pa.attention_flops(prefill) == (3 + 4 + 5) * 32 * 2 * 256
     assert pa.merge_bytes(pa.Shape("m", "merge", tokens=2, num_heads=3))[0] == 3 * 2 * 3 * (128 * 2 + 4)
+
+
+def test_flashinfer_pages():
+    """Our block table and lengths as FlashInfer's CSR page list: each sequence's used table
+    entries in order, and the keys in its last page (empty and exact-multiple lengths included)."""
+    pa = _load("paged_attention")
+    from torch_paged_attn.testing import PagedBatch
+
+    bs = 16
+    lens = [0, 1, 15, 16, 17, 48]
+    table = torch.randint(0, 1000, (len(lens), 4), dtype=torch.int32)  # garbage past the used part
+    b = PagedBatch(query=None, key_cache=None, value_cache=None, block_table=table,
+                   seq_lens=torch.tensor(lens, dtype=torch.int32), query_start_loc=None, k_scale=None,
+                   v_scale=None, q_lens=[1] * len(lens), kv_lens=lens)
+    indptr, indices, last = pa.flashinfer_pages(b, bs)
+    assert indptr.tolist() == [0, 0, 1, 2, 3, 5, 8]
+    for i, n in enumerate(lens):
+        assert indices[indptr[i]:indptr[i + 1]].tolist() == table[i, : -(-n // bs)].tolist()
+    assert last.tolist() == [0, 1, 15, 16, 1, 16]
+    assert indptr.dtype == indices.dtype == last.dtype == torch.int32
 
 
 def test_harness_helpers(tmp_path):
@@ -140,10 +166,10 @@ def test_overhead_cpu(tmp_path, capsys):
     assert overhead.main(["--device", "cpu", "--quick", "--calls", "5", "--out", str(tmp_path)]) == 0
     doc = json.loads(next(tmp_path.glob("overhead-*.json")).read_text())
     ops = {r["provider"]: r for r in doc["rows"]}
-    assert {"paged_attention", "reshape_and_cache", "merge_attn_states"} <= set(ops)
+    assert {"paged_attention", "paged_attention via torch.ops", "reshape_and_cache", "merge_attn_states"} <= set(ops)
     for r in ops.values():
         assert r["status"] == "ok", r
-        assert r["extra"]["wall_us"] > 0
+        assert r["extra"]["wall_us"] > 0 and r["extra"]["call_us"] > 0
 
 
 def test_overhead_null_launch_cpu(tmp_path):

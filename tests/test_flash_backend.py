@@ -30,6 +30,7 @@ from torch_paged_attn.lowering import flash, reference
 from torch_paged_attn.testing import assert_close, make_paged_batch
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 @pytest.fixture(autouse=True)
@@ -39,10 +40,12 @@ def _clean(monkeypatch):
     pa.set_backend(None)
     lowering._CHOICES.clear()
     flash._function.cache_clear()
+    flash._fa4_forward.cache_clear()
     yield
     pa.set_backend(None)
     lowering._CHOICES.clear()
     flash._function.cache_clear()
+    flash._fa4_forward.cache_clear()
 
 
 # -- the switch ----------------------------------------------------------------------------------
@@ -111,17 +114,28 @@ def _facts(**kw) -> dict:
     return f
 
 
-def _fake_fa4_installed(monkeypatch, capability=(9, 0)):
-    """A fake ``flash_attn.cute`` (see ``fake_flash_attn_varlen_func``) and a device of ``capability``."""
+def _fake_fa4_installed(monkeypatch, capability=(9, 0), with_out=True):
+    """A fake ``flash_attn.cute`` (see ``fake_flash_attn_varlen_func``) and a device of
+    ``capability``; ``with_out``: also ``flash_attn.cute.interface._flash_attn_fwd`` (FA4's
+    forward that takes ``out=``, see ``fake_flash_attn_fwd``)."""
     pkg = types.ModuleType("flash_attn")
     pkg.__path__ = []
     cute = types.ModuleType("flash_attn.cute")
+    cute.__path__ = []
     cute.flash_attn_varlen_func = fake_flash_attn_varlen_func
     pkg.cute = cute
     monkeypatch.setitem(sys.modules, "flash_attn", pkg)
     monkeypatch.setitem(sys.modules, "flash_attn.cute", cute)
+    if with_out:
+        interface = types.ModuleType("flash_attn.cute.interface")
+        interface._flash_attn_fwd = fake_flash_attn_fwd
+        cute.interface = interface
+        monkeypatch.setitem(sys.modules, "flash_attn.cute.interface", interface)
+    else:
+        monkeypatch.setitem(sys.modules, "flash_attn.cute.interface", None)
     monkeypatch.setattr(flash, "_capability", lambda: capability)
     flash._function.cache_clear()
+    flash._fa4_forward.cache_clear()
     lowering._CHOICES.clear()
 
 
@@ -334,7 +348,7 @@ def fake_flash_attn_varlen_func(q, k, v, qv=None, cu_seqlens_q=None, max_seqlen_
     for t in (cu_seqlens_q, seqused_k):
         assert t.dtype == torch.int32 and t.stride(0) == 1
     assert isinstance(max_seqlen_q, int) or max_seqlen_q is None
-    FAKE_CALLS.append(dict(causal=causal, window_size=window_size, softcap=softcap, scale=softmax_scale))
+    FAKE_CALLS.append(dict(causal=causal, window_size=window_size, softcap=softcap, scale=softmax_scale, out=None))
     total_q, num_heads, _ = q.shape
     num_pages, page_size, num_kv_heads, _ = k.shape
     group = num_heads // num_kv_heads
@@ -371,6 +385,31 @@ def fake_flash_attn_varlen_func(q, k, v, qv=None, cu_seqlens_q=None, max_seqlen_
     return (out, lse if return_lse else None)
 
 
+def fake_flash_attn_fwd(q, k, v, qv=None, cu_seqlens_q=None, max_seqlen_q=None, seqused_k=None, page_table=None,
+                       softmax_scale=None, causal=False, window_size_left=None, window_size_right=None,
+                       learnable_sink=None, softcap=None, return_lse=False, out=None, lse=None, **unused):
+    """FA4's ``interface._flash_attn_fwd`` (4.0.0b36) as far as the adapter uses it: the
+    semantics of ``fake_flash_attn_varlen_func``, written into ``out`` when given (FA4's output
+    layout rule: contiguous last dimension, 16-byte aligned address and strides), rows past
+    ``cu_seqlens_q[-1]`` left as they were; returns ``(out, lse, None, None, None)``."""
+    assert lse is None and not unused, unused
+    if out is not None:
+        assert out.shape == (q.shape[0], q.shape[1], v.shape[-1]) and out.dtype == q.dtype
+        assert out.stride(-1) == 1 and out.data_ptr() % 16 == 0
+        assert all(st * out.element_size() % 16 == 0 for st in out.stride()[:-1])
+    o, s = fake_flash_attn_varlen_func(q, k, v, qv=qv, cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q,
+                                       seqused_k=seqused_k, page_table=page_table, softmax_scale=softmax_scale,
+                                       causal=causal, window_size=(window_size_left, window_size_right),
+                                       learnable_sink=learnable_sink, softcap=softcap or 0.0, return_lse=True)
+    FAKE_CALLS[-1]["out"] = None if out is None else out.data_ptr()
+    if out is None:
+        out = o
+    else:
+        real = int(cu_seqlens_q[-1])
+        out[:real] = o[:real]
+    return out, s if return_lse else None, None, None, None
+
+
 MAPPING_CASES = [
     dict(),
     dict(window=(3, 0)),
@@ -385,9 +424,12 @@ MAPPING_CASES = [
 ]
 
 
+@pytest.mark.parametrize("with_out", [True, False], ids=["out_param", "varlen_func"])
 @pytest.mark.parametrize("case", MAPPING_CASES, ids=lambda c: "_".join(f"{k}{v}" for k, v in c.items()) or "base")
-def test_fa4_argument_mapping_against_the_loop(case, monkeypatch):
-    _fake_fa4_installed(monkeypatch)
+def test_fa4_argument_mapping_against_the_loop(case, with_out, monkeypatch):
+    """Every option through FA4 (into ``out`` itself with ``with_out``, else through the public
+    function and a copy), against the float64 loop; outputs poisoned, padding rows included."""
+    _fake_fa4_installed(monkeypatch, with_out=with_out)
     FAKE_CALLS.clear()
     dtype = case.get("dtype", BF16)
     batch = make_paged_batch([1, 4, 3, 2, 0], [9, 20, 2, 0, 5], num_heads=case.get("num_heads", 4),
@@ -405,6 +447,7 @@ def test_fa4_argument_mapping_against_the_loop(case, monkeypatch):
     flash.paged_attention(*batch.args(), out, lse, **options)
     assert len(FAKE_CALLS) == 1
     call = FAKE_CALLS[0]
+    assert call["out"] == (out.data_ptr() if with_out else None)  # FA4 wrote into out itself
     assert call["scale"] == options["scale"] and call["causal"] == options["causal"]
     loop_opts = {k: v for k, v in options.items() if k not in ("k_scale", "v_scale")}
     truth_out, truth_lse = loop.paged_attention(*batch.args(), **loop_opts)
@@ -456,25 +499,80 @@ def test_fa4_window_translation(monkeypatch):
         assert FAKE_CALLS[0]["window_size"] == window, (causal, wl, wr)
 
 
+@pytest.mark.parametrize("layout", ["row_slice", "misaligned"])
+def test_fa4_out_views_written_in_place(layout, monkeypatch):
+    """``out`` as a strided view (a slice of a wider buffer): FA4 writes into it when its layout
+    is one FA4 takes (16-byte aligned strides), else into its own buffer and the result is copied;
+    both poisoned, padding rows included, equal to the float64 loop, and nothing outside the view
+    is touched."""
+    _fake_fa4_installed(monkeypatch)
+    FAKE_CALLS.clear()
+    batch = make_paged_batch([3, 1, 5], [11, 30, 5], num_heads=4, num_kv_heads=2, head_size=32, block_size=8,
+                             dtype=BF16, pad_tokens=3, seed=9)
+    t = batch.query.shape[0]
+    extra = 8 if layout == "row_slice" else 3  # 4 x 32 + 3 bf16 per token: 262-byte rows, not aligned
+    wide = torch.full((t, 4 * 32 + extra), float("nan"), dtype=BF16)
+    out = wide[:, :128].view(t, 4, 32) if layout == "row_slice" else wide[:, :128].unflatten(1, (4, 32))
+    lse = torch.full((t, 4), float("nan"))
+    options = dict(scale=0.2, causal=True, window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=None,
+                   sinks=None, k_scale=None, v_scale=None, attention_chunk_size=0)
+    flash.paged_attention(*batch.args(), out, lse, **options)
+    assert FAKE_CALLS[0]["out"] == (out.data_ptr() if layout == "row_slice" else None)
+    loop_opts = {k: v for k, v in options.items() if k not in ("k_scale", "v_scale")}
+    truth_out, truth_lse = loop.paged_attention(*batch.args(), **loop_opts)
+    ref_out, ref_lse = reference.attention(*batch.args(), **options)
+    assert_close(out, truth_out, dtype=BF16, reference=ref_out, name="out")
+    assert_close(lse, truth_lse, dtype=BF16, reference=ref_lse, name="lse")
+    assert bool(wide[:, 128:].isnan().all())  # columns outside the view untouched
+
+
+@pytest.mark.skipif(not _INTERPRET, reason="the Triton kernels on CPU need TRITON_INTERPRET=1")
+def test_flash_kernels_against_torch():
+    """``flash_kernels`` (interpreted): the guarded lengths and the finished rows equal their
+    plain-torch definitions; real rows of ``out`` are not written (they stay NaN)."""
+    g = torch.Generator().manual_seed(3)
+    num_blocks, bs = 9, 8
+    table = torch.randint(0, num_blocks, (5, 6), dtype=torch.int32, generator=g)
+    lens = torch.tensor([0, 17, 48, 9, 40], dtype=torch.int32)
+    table[1, 2] = num_blocks  # used (17 keys: 3 pages)
+    table[2, 5] = -1  # used (48 keys: 6 pages)
+    table[3, 4] = 99  # past the used part (9 keys: 2 pages): never read
+    guarded = flash._guard_seq_lens(table, lens, num_blocks, bs)
+    assert guarded.tolist() == [0, 0, 0, 9, 40] and guarded.dtype == torch.int32
+    qsl = torch.tensor([0, 5, 9, 13], dtype=torch.int32)  # 13 real rows of 21
+    for head_major in (True, False):
+        out = torch.full((21, 3, 24), float("nan"), dtype=BF16)
+        lse = torch.full((21, 3), float("nan"))
+        src = torch.randn(21, 3, generator=g)
+        src[2, 1] = float("inf")  # FA2's empty row
+        flash._finish_rows(out, lse, src.t().contiguous() if head_major else src, qsl, head_major)
+        assert bool(out[:13].isnan().all()) and torch.equal(out[13:], torch.zeros_like(out[13:]))
+        want = torch.where(src == float("inf"), float("-inf"), src)
+        want[13:] = float("-inf")
+        assert torch.equal(lse, want)
+
+
 def test_private_op_fake_and_schema():
-    """The private op is registered with no mutation and a fake that allocates the contract's shapes."""
+    """The private op mutates exactly ``out`` and ``lse``, and its fake returns nothing."""
     op = torch.ops.paged_attn._flash_attention.default
-    assert not any(a.alias_info is not None and a.alias_info.is_write for a in op._schema.arguments)
+    written = [a.name for a in op._schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+    assert written == ["out", "lse"]
+    assert len(op._schema.returns) == 0
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with FakeTensorMode():
         q = torch.empty(5, 4, 32, dtype=BF16)
         kc, vc = torch.empty(3, 8, 2, 32, dtype=BF16), torch.empty(3, 8, 2, 16, dtype=BF16)
         i = lambda *s: torch.empty(*s, dtype=torch.int32)  # noqa: E731
-        out, lse = op("fa4", q, kc, vc, i(2, 3), i(2), i(3), None, 0.1, True, -1, -1, 0.0, None, None, -1, True)
-        assert out.shape == (5, 4, 16) and out.dtype == BF16 and lse.shape == (5, 4) and lse.dtype == FP32
-        _, lse = op("fa4", q, kc, vc, i(2, 3), i(2), i(3), None, 0.1, True, -1, -1, 0.0, None, None, -1, False)
-        assert lse.shape == (0,)
+        out, lse = torch.empty(5, 4, 16, dtype=BF16), torch.empty(5, 4)
+        assert op("fa4", q, kc, vc, i(2, 3), i(2), i(3), None, out, lse, 0.1, True, -1, -1, 0.0, None, None,
+                  -1) is None
+        assert op("fa4", q, kc, vc, i(2, 3), i(2), i(3), None, out, None, 0.1, True, -1, -1, 0.0, None, None,
+                  -1) is None
 
 
 # -- GPU tier ------------------------------------------------------------------------------------------
 
-_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def _fa4_importable() -> bool:
@@ -581,6 +679,34 @@ def test_flash_bad_block_ids_read_no_other_block_cuda(monkeypatch):
         ref_out, ref_lse = reference.attention(*batch.args(), **options)
         torch.testing.assert_close(out[rows].float(), ref_out[rows].float(), atol=2e-2, rtol=2e-2)
         torch.testing.assert_close(lse[rows], ref_lse[rows], atol=2e-2, rtol=2e-2)
+
+
+@gpu_fa4
+@pytest.mark.parametrize("with_lse", [True, False])
+def test_flash_out_form_writes_in_place_cuda(with_lse, monkeypatch):
+    """paged_attention_out on FA4: FlashAttention writes the caller's ``out`` (a poisoned row slice
+    of a wider buffer, padding rows included) itself, and the result equals the reference."""
+    case = Case((1, 17, 1, 0, 5, 300), (1000, 300, 17, 0, 5, 333), num_heads=8, num_kv_heads=2, head_size=128,
+                pad_tokens=3)
+    batch, options = make_inputs(case, "cuda", seed=23)
+    t = batch.query.shape[0]
+    wide = torch.full((t, 8 * 128 + 64), float("nan"), dtype=BF16, device="cuda")
+    out = wide[:, : 8 * 128].view(t, 8, 128)
+    lse = torch.full((t, 8), float("nan"), device="cuda") if with_lse else None
+    forward = flash._fa4_forward()
+    assert forward is not None, "flash_attn.cute.interface._flash_attn_fwd with out= is expected on FA4 4.0.0b36"
+    written = []
+
+    def spy(*args, **kwargs):
+        written.append(kwargs.get("out") is out)
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(flash, "_fa4_forward", lambda: spy)
+    with pa.backend("flash"):
+        pa.paged_attention_out(*batch.args(), out, lse, **options)
+    assert written == [True]
+    check_against_reference(batch, options, out, lse, case.dtype)
+    assert bool(wide[:, 8 * 128 :].isnan().all())
 
 
 @gpu_fa4

@@ -450,11 +450,25 @@ def _strided(cache: torch.Tensor, layout: str) -> torch.Tensor:
     return view
 
 
+# (dtype, head size, block size, kv lens): several blocks a sequence, and one block a table row
+# (max_blocks 1), where indexing a strided cache kept its layout through the reference's reshape
+# and the dots summed in another order (an LSE 1 ulp off in bf16, outputs off in fp16 D 256)
+_STRIDED_BATCHES = {
+    "blocks3": (torch.bfloat16, 32, 8, [17, 9, 30]),
+    "oneblock_bf16": (torch.bfloat16, 128, 16, [10, 13, 16]),
+    "oneblock_fp16_D256_bs64": (torch.float16, 256, 64, [40, 7, 64]),
+}
+
+
+@pytest.mark.parametrize("batch_kind", sorted(_STRIDED_BATCHES))
 @pytest.mark.parametrize("layout", ["cross_layer", "unbind_kv", "hnd"])
-@pytest.mark.parametrize("cache_dtype", [torch.bfloat16, torch.float8_e4m3fn], ids=lambda d: _SHORT[d])
-def test_strided_caches_are_bitwise_equal(layout: str, cache_dtype) -> None:
-    batch = make_paged_batch([1, 4, 2], [17, 9, 30], num_heads=6, num_kv_heads=2, head_size=32,
-                             block_size=8, dtype=torch.bfloat16, cache_dtype=cache_dtype, seed=5)
+@pytest.mark.parametrize("cache_dtype", [None, torch.float8_e4m3fn], ids=lambda d: _SHORT.get(d, "samedtype"))
+def test_strided_caches_are_bitwise_equal(layout: str, cache_dtype, batch_kind: str) -> None:
+    dtype, head_size, block_size, kv_lens = _STRIDED_BATCHES[batch_kind]
+    batch = make_paged_batch([1, 4, 2], kv_lens, num_heads=6, num_kv_heads=2, head_size=head_size,
+                             block_size=block_size, dtype=dtype, cache_dtype=cache_dtype or dtype, seed=5,
+                             extra_blocks=1, max_blocks=max(-(-n // block_size) for n in kv_lens))
+    cache_dtype = batch.key_cache.dtype
     opts = dict(scale=0.2, k_scale=batch.k_scale, v_scale=batch.v_scale, return_lse=True)
     want_out, want_lse = pa.paged_attention(*batch.args(), **opts)
     if layout == "unbind_kv":  # [NB, 2, BS, H, D]
@@ -468,8 +482,9 @@ def test_strided_caches_are_bitwise_equal(layout: str, cache_dtype) -> None:
     assert_bitwise(out, want_out, "out")
     assert_bitwise(lse, want_lse, "lse")
     scales = dict(k_scale=batch.k_scale, v_scale=batch.v_scale)
-    truth_out, _ = loop.paged_attention(*batch.args(), scale=0.2, **scales)
-    assert_close(out, truth_out, name="out")
+    if head_size <= 128:  # the float64 loop is slow at D 256
+        truth_out, _ = loop.paged_attention(*batch.args(), scale=0.2, **scales)
+        assert_close(out, truth_out, name="out")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=lambda d: _SHORT[d])
@@ -541,6 +556,148 @@ def test_batch_without_sequences(num_tokens: int) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# integer options at their extremes
+# ---------------------------------------------------------------------------------------------
+
+BIG = 2**31 - 1  # what several frameworks pass for "no limit"
+HUGE = 2**40  # past int32; the schema's int is 64-bit
+# (window_left, window_right, attention_chunk_size, max_query_len); 100 is larger than any
+# sequence or query of the batches below
+_EXTREMES = [
+    (-1, BIG, 0, -1), (BIG, -1, 0, -1), (BIG, BIG, 0, -1), (HUGE, HUGE, 0, -1), (100, 100, 0, -1),
+    (0, 0, 0, -1), (1, 1, 0, -1), (0, BIG, 0, -1), (BIG, 0, 0, -1), (1, BIG, 0, -1),
+    (-1, -1, 1, -1), (-1, -1, BIG, -1), (-1, -1, HUGE, -1), (-1, -1, 100, -1), (3, BIG, BIG, -1),
+    (-1, -1, 0, 0), (-1, -1, 0, 1), (-1, -1, 0, BIG), (-1, -1, 0, HUGE), (BIG, BIG, BIG, BIG),
+]
+# a mixed decode/prefill batch (causal), and one with more queries than keys (non-causal rows at
+# negative positions, where chunk -1 differs from chunk 0)
+_EXTREME_BATCHES = {True: ([1, 5, 1, 3, 0], [20, 9, 1, 3, 0]), False: ([4, 1, 2], [2, 9, 0])}
+
+
+def _option_id(v: int) -> str:
+    return {BIG: "2^31-1", HUGE: "2^40"}.get(v, str(v))
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "noncausal"])
+@pytest.mark.parametrize(
+    "options", _EXTREMES, ids=["win({},{})_chunk{}_mql{}".format(*map(_option_id, e)) for e in _EXTREMES]
+)
+def test_integer_options_at_their_extremes(options, causal: bool) -> None:
+    """0, 1, 2^31 - 1, 2^40 and sizes past every sequence give the contract's answer (the loop's,
+    in Python integers), and a window or chunk past every position gives the unbounded call's bits."""
+    window_left, window_right, chunk, max_query_len = options
+    q_lens, kv_lens = _EXTREME_BATCHES[causal]
+    batch = make_paged_batch(q_lens, kv_lens, num_heads=4, num_kv_heads=2, head_size=32, block_size=8,
+                             dtype=torch.float32, pad_tokens=1, seed=31)
+    opts = dict(scale=0.3, causal=causal, window_left=window_left, window_right=window_right,
+                attention_chunk_size=chunk)
+    truth_out, truth_lse = loop.paged_attention(*batch.args(), **opts)
+    out, lse = pa.paged_attention(*batch.args(), **opts, max_query_len=max_query_len, return_lse=True)
+    assert_close(out, truth_out, name="out")
+    assert_close(lse, truth_lse, name="lse")
+    far = 100  # past every position and key of these batches
+    bounded = dict(opts)
+    for side in ("window_left", "window_right"):
+        bounded[side] = -1 if opts[side] >= far else opts[side]
+    bounded["attention_chunk_size"] = min(chunk, far)
+    want_out, want_lse = pa.paged_attention(*batch.args(), **bounded, return_lse=True)
+    assert_bitwise(out, want_out, "out")
+    assert_bitwise(lse, want_lse, "lse")
+
+
+def test_reference_backend_takes_any_int64_option() -> None:
+    """The reference backend itself (no op in front to normalise the options): window sides and a
+    chunk size of 2^63 - 1 give the unbounded call's bits (int64 positions plus them would wrap)."""
+    from torch_paged_attn.lowering import reference
+
+    q_lens, kv_lens = _EXTREME_BATCHES[False]
+    batch = make_paged_batch(q_lens, kv_lens, num_heads=4, num_kv_heads=2, head_size=32, block_size=8,
+                             dtype=torch.float32, pad_tokens=1, seed=33)
+    top = 2**63 - 1
+    for causal in (True, False):
+        want = reference.attention(*batch.args(), scale=0.3, causal=causal, attention_chunk_size=100)
+        got = reference.attention(*batch.args(), scale=0.3, causal=causal, window_left=top, window_right=top,
+                                  attention_chunk_size=top)
+        assert_bitwise(got[0], want[0], "out")
+        assert_bitwise(got[1], want[1], "lse")
+
+
+# ---------------------------------------------------------------------------------------------
+# NaN given as data: NaN in, NaN out, only where it enters
+# ---------------------------------------------------------------------------------------------
+
+
+def assert_close_or_nan(actual: torch.Tensor, truth: torch.Tensor, name: str) -> None:
+    """NaN exactly where the loop has NaN, ``assert_close`` everywhere else."""
+    nan = truth.isnan()
+    if not torch.equal(actual.isnan().cpu(), nan):
+        at = (actual.isnan().cpu() != nan).nonzero()[0].tolist()
+        raise AssertionError(f"{name}: NaN pattern differs first at {at}: got {actual[tuple(at)]}")
+    assert_close(torch.where(nan, 0.0, actual.double().cpu()).to(actual.dtype), torch.where(nan, 0.0, truth),
+                 name=name)
+
+
+@pytest.mark.parametrize("which", ["k_scale", "v_scale"])
+def test_nan_fp8_scale_reaches_rows_that_see_a_key(which: str) -> None:
+    """A NaN k_scale gives NaN out and lse for every row that sees a key; a NaN v_scale NaN out
+    (the lse depends on scores only); rows without a key keep 0 and -inf (or the sink)."""
+    batch = make_paged_batch([1, 3, 0, 2, 2], [20, 9, 5, 0, 1], num_heads=4, num_kv_heads=2, head_size=32,
+                             block_size=8, dtype=torch.bfloat16, cache_dtype=torch.float8_e4m3fn, pad_tokens=1,
+                             seed=41)
+    opts = dict(scale=0.3, k_scale=batch.k_scale, v_scale=batch.v_scale)
+    opts[which] = torch.tensor([NAN])
+    truth_out, truth_lse = loop.paged_attention(*batch.args(), **opts)
+    sees = torch.tensor([True, True, True, True, False, False, False, True, False])  # row 7: p 0 sees key 0
+    assert torch.equal(truth_out.isnan().all(-1).all(-1), sees)
+    for sinks in (None, torch.linspace(-1.0, 1.0, 4)):
+        out, lse = pa.paged_attention(*batch.args(), **opts, sinks=sinks, return_lse=True)
+        want_out, want_lse = loop.paged_attention(*batch.args(), **opts, sinks=sinks)
+        assert_close_or_nan(out, want_out, "out")
+        assert_close_or_nan(lse, want_lse, "lse")
+        assert torch.equal(lse.isnan().all(-1), sees if which == "k_scale" else torch.zeros_like(sees))
+
+
+def test_nan_cache_entry_reaches_only_rows_that_see_it() -> None:
+    """NaN in a covered key and value slot (key 0 of a 20-key sequence) reaches the rows whose
+    window holds key 0 and no other row (0 x NaN must not leak through the masked weights)."""
+    batch = make_paged_batch([6], [20], num_heads=2, num_kv_heads=1, head_size=32, block_size=8,
+                             dtype=torch.float32, seed=43)
+    first = int(batch.block_table[0, 0])
+    batch.key_cache[first, 0] = NAN
+    batch.value_cache[first, 0] = NAN
+    opts = dict(scale=0.3, window_left=15)  # rows at p = 14 .. 19: those up to p = 15 see key 0
+    truth_out, truth_lse = loop.paged_attention(*batch.args(), **opts)
+    out, lse = pa.paged_attention(*batch.args(), **opts, return_lse=True)
+    assert truth_lse[:, 0].isnan().tolist() == [True, True, False, False, False, False]
+    assert_close_or_nan(out, truth_out, "out")
+    assert_close_or_nan(lse, truth_lse, "lse")
+
+
+def test_nan_lse_in_a_merge_part_gives_nan_rows() -> None:
+    """A NaN LSE in any part of a merge (beside a finite, an empty or another NaN part) makes that
+    row's out and lse NaN; other rows are untouched."""
+    g = torch.Generator().manual_seed(45)
+    po, so = torch.randn(5, 2, 16, generator=g), torch.randn(5, 2, 16, generator=g)
+    pl, sl = torch.randn(5, 2, generator=g), torch.randn(5, 2, generator=g)
+    pl[0, 0], sl[1, 1], pl[2, 0], sl[2, 0] = NAN, NAN, NAN, NAN  # prefix, suffix, both
+    pl[3, 1], sl[3, 1] = NAN, NEG_INF  # beside an empty part
+    pl[4, 0], sl[4, 0] = NEG_INF, NAN
+    nan_rows = torch.zeros(5, 2, dtype=torch.bool)
+    nan_rows[0, 0] = nan_rows[1, 1] = nan_rows[2, 0] = nan_rows[3, 1] = nan_rows[4, 0] = True
+    truth_out, truth_lse = loop.merge_attn_states(po, pl, so, sl)
+    assert torch.equal(truth_lse.isnan(), nan_rows)
+    out, lse = pa.merge_attn_states(po, pl, so, sl)
+    assert_close_or_nan(out, truth_out, "out")
+    assert_close_or_nan(lse, truth_lse, "lse")
+    outs, lses = torch.stack([po, so, po]), torch.stack([pl, sl, torch.zeros_like(pl)])
+    truth_out, truth_lse = loop.merge_attn_states_n(outs, lses)
+    assert torch.equal(truth_lse.isnan(), nan_rows)
+    out, lse = pa.merge_attn_states_n(outs, lses)
+    assert_close_or_nan(out, truth_out, "out (N parts)")
+    assert_close_or_nan(lse, truth_lse, "lse (N parts)")
+
+
+# ---------------------------------------------------------------------------------------------
 # mla_decode
 # ---------------------------------------------------------------------------------------------
 
@@ -590,6 +747,18 @@ def test_mla_decode(latent, rope, cache_dtype, dtype, causal) -> None:
     assert (lse[-2:] == NEG_INF).all() and torch.equal(out[-2:], torch.zeros_like(out[-2:]))
     assert_close(out, truth_out, name="out")
     assert_close(lse, truth_lse, name="lse")
+
+
+def test_mla_decode_nan_kv_scale() -> None:
+    """A NaN kv_scale: NaN out and lse for the rows that see a key, 0 and -inf for the others."""
+    args, _ = _mla_batch([1, 3, 2, 0], [1, 17, 0, 0], heads=4, latent=64, rope=16, block_size=8,
+                         dtype=torch.bfloat16, cache_dtype=torch.float8_e4m3fn, pad=2, seed=47)
+    nan_scale = torch.tensor([NAN])
+    truth_out, truth_lse = loop.mla_decode(*args, scale=0.1, kv_scale=nan_scale)
+    out, lse = pa.mla_decode(*args, scale=0.1, kv_scale=nan_scale)
+    assert truth_lse[:, 0].isnan().tolist() == [True] * 4 + [False] * 4
+    assert_close_or_nan(out, truth_out, "out")
+    assert_close_or_nan(lse, truth_lse, "lse")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -313,3 +313,43 @@ def test_merge_n_cuda_graph_replay_and_compiled() -> None:
     for name, got in (("functional out", o), ("_out out", out2)):
         assert_close(got, truth_out, dtype=case.dtype, reference=ref_out, name=name)
     assert_close(s, truth_lse, dtype=torch.float32, reference=ref_lse, name="lse")
+
+
+# -- NaN given as data -------------------------------------------------------------------------
+
+
+def check_nan_lse(device: str) -> None:
+    """A NaN LSE in any part of a merge (beside a finite part, an empty one, another NaN one) makes
+    that row's out and lse NaN, in both kernels, as the reference and the float64 loop have it;
+    rows without a NaN LSE keep the reference's values."""
+    g = torch.Generator().manual_seed(77)
+    t, h, d = 6, 3, 40
+    po, so = (torch.randn(t, h, d, generator=g).to(device) for _ in range(2))
+    pl, sl = (torch.randn(t, h, generator=g).to(device) for _ in range(2))
+    nan = float("nan")
+    pl[0, 0], sl[1, 1], pl[2, 2], sl[2, 2] = nan, nan, nan, nan  # prefix, suffix, both
+    pl[3, 0], sl[3, 0] = nan, float("-inf")  # beside an empty part
+    pl[4, 1], sl[4, 1] = INF, nan  # beside a +inf (empty) part
+    rows = torch.zeros(t, h, dtype=torch.bool, device=device)
+    rows[0, 0] = rows[1, 1] = rows[2, 2] = rows[3, 0] = rows[4, 1] = True
+    parts = (((po, pl, so, sl), merge.merge_attn_states, reference.merge),
+             (((torch.stack([po, so, po]), torch.stack([pl, sl, torch.zeros_like(pl)])),
+               merge.merge_attn_states_n, reference.merge_n)))
+    for args, kernel, ref in parts:
+        out, lse = _out_tensor((t, h, d), torch.float32, False, device), _lse_tensor(t, h, False, device)
+        kernel(*args, out, lse)
+        want_out, want_lse = ref(*args)
+        assert torch.equal(lse.isnan(), rows) and torch.equal(want_lse.isnan(), rows)
+        assert torch.equal(out.isnan(), rows[..., None].expand_as(out))
+        assert_close(out[~rows], want_out[~rows].double(), dtype=torch.float32, name="out")
+        assert_close(lse[~rows], want_lse[~rows].double(), dtype=torch.float32, name="lse")
+
+
+@interpreter_tier
+def test_nan_lse_interpreted() -> None:
+    check_nan_lse("cpu")
+
+
+@gpu_tier
+def test_nan_lse_cuda() -> None:
+    check_nan_lse("cuda")

@@ -441,3 +441,59 @@ def test_public_op_cuda_and_compiled() -> None:
 @gpu_tier
 def test_fp8_query_magnitudes_cuda() -> None:
     check_fp8_query_magnitudes("cuda", replace(_BASE, q_lens=(1, 2, 1), kv_lens=(700, 40, 1300)))
+
+
+# -- edges: strided caches per tier, NaN given as data -------------------------------------------
+
+
+def check_strided_bitwise(device: str, case: Case) -> None:
+    """The cache as one layer of a cross-layer buffer gives the contiguous cache's bits, with and
+    without split-KV."""
+    b = make_batch(case, device, seed=5)
+    for split in (None, 64):
+        out, lse = run_triton(b, split_tokens=split)
+        cache = b.kv_cache
+        wide = torch.full((cache.shape[0], 3, *cache.shape[1:]), float("nan"), dtype=cache.dtype, device=device)
+        wide[:, 1] = cache
+        b.kv_cache = wide[:, 1]
+        out_s, lse_s = run_triton(b, split_tokens=split)
+        b.kv_cache = cache
+        assert torch.equal(out, out_s) and torch.equal(lse, lse_s), split
+
+
+def check_nan_kv_scale(device: str, case: Case) -> None:
+    """A NaN kv_scale: NaN out and lse for every row that sees a key, 0 and -inf for the others,
+    with and without split-KV, as the reference has it."""
+    b = make_batch(case, device, seed=23)
+    b.kv_scale = torch.full((1,), float("nan"), device=device)
+    ref_out = torch.empty(b.q_latent.shape, dtype=b.q_latent.dtype, device=device)
+    ref_lse = torch.empty(b.q_latent.shape[:2], device=device)
+    reference.mla_decode(*b.args(), ref_out, ref_lse, scale=b.scale, causal=True, kv_scale=b.kv_scale)
+    sees = ref_lse.isnan().all(-1)
+    assert sees.any() and not sees.all() and torch.equal(ref_out.isnan().all(-1), ref_lse.isnan())
+    for split in (None, 64):
+        out, lse = run_triton(b, split_tokens=split)
+        assert torch.equal(out.isnan(), ref_out.isnan()) and torch.equal(lse.isnan(), ref_lse.isnan()), split
+        assert torch.equal(out[~sees], torch.zeros_like(out[~sees])) and (lse[~sees] == float("-inf")).all()
+
+
+@interpreter_tier
+def test_strided_cache_bitwise_one_block_interpreted() -> None:
+    check_strided_bitwise("cpu", Case((2, 1, 1), (10, 16, 3), dtype=FP16))  # one block a table row
+
+
+@interpreter_tier
+def test_nan_kv_scale_interpreted() -> None:
+    check_nan_kv_scale("cpu", Case((1, 2, 1, 1), (70, 9, 0, 1), cache_dtype=E4M3, pad_tokens=1))
+
+
+@gpu_tier
+def test_strided_cache_bitwise_cuda() -> None:
+    check_strided_bitwise("cuda", replace(_BASE, **_MTP))
+    check_strided_bitwise("cuda", replace(_BASE, q_lens=(1, 1, 2), kv_lens=(10, 64, 33), block_size=64))
+
+
+@gpu_tier
+def test_nan_kv_scale_cuda() -> None:
+    check_nan_kv_scale("cuda", replace(_BASE, q_lens=(1, 2, 1, 1), kv_lens=(1000, 9, 0, 1), cache_dtype=E4M3,
+                                       pad_tokens=2))

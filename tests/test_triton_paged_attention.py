@@ -66,6 +66,7 @@ class Case:
     strided: str = ""  # "" | "cross_layer" (caches sliced from [NB, 2, ...]) | "hnd" (permuted)
     split_tokens: int | None = None  # force split-KV at multiples of this many keys
     hint: bool = False  # pass max_query_len = max(q_lens)
+    max_query_len: int | None = None  # pass this hint instead (an extreme: 0, 2^31 - 1, ...)
 
     @property
     def id(self) -> str:
@@ -87,6 +88,7 @@ class Case:
         s += f"_pad{self.pad_tokens}" if self.pad_tokens else ""
         s += f"_{self.strided}" if self.strided else ""
         s += f"_split{self.split_tokens}" if self.split_tokens else ""
+        s += f"_mql{self.max_query_len}" if self.max_query_len is not None else ""
         return s
 
 
@@ -170,6 +172,7 @@ def check_case(case: Case, device: str) -> None:
         wide[..., 8:] = batch.query
         batch.query = wide[..., 8:]
     hint = max(case.q_lens) if case.hint else -1
+    hint = case.max_query_len if case.max_query_len is not None else hint
     out, lse = run_triton(
         batch,
         options,
@@ -183,6 +186,7 @@ def check_case(case: Case, device: str) -> None:
 
 # -- interpreter tier: tiny shapes, every feature at least once ------------------------------
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
+BIG = 2**31 - 1  # what several frameworks pass for "no limit"
 SMALL = [
     # mixed decode + prefill, padding rows, kv_len in {0, 1, BS-1, BS, BS+1}
     Case((1, 3, 1, 2, 0, 1), (15, 16, 17, 1, 0, 40), pad_tokens=3),
@@ -207,6 +211,12 @@ SMALL = [
     Case((3, 1), (70, 130), cache_dtype=torch.float8_e5m2, dtype=FP16, softcap=3.0),
     Case((3, 1, 2), (70, 130, 33), strided="cross_layer", split_tokens=64, pad_tokens=1),
     Case((3, 1), (70, 130), strided="hnd", block_size=24, dtype=FP16),
+    # integer options at their extremes: 2^31 - 1 ("no limit" elsewhere) overflowed the kernel's
+    # int32 position arithmetic (a causal mixed batch attended to nothing: 0 and -inf)
+    Case((1, 3, 1, 2, 0, 1), (15, 16, 17, 1, 0, 40), window=(-1, BIG), pad_tokens=1, max_query_len=BIG),
+    Case((3, 2, 5), (129, 66, 260), window=(BIG, BIG), chunk=BIG, causal=False, dtype=FP32, split_tokens=64,
+         max_query_len=0),
+    Case((6, 1, 2), (2, 9, 0), window=(0, BIG), chunk=BIG, causal=False, dtype=FP32),  # p < 0: chunk -1
 ]
 
 
@@ -340,6 +350,33 @@ def test_merge_paths_bitwise_interpreted(monkeypatch) -> None:
 @interpreter_tier
 def test_strided_caches_bitwise_interpreted() -> None:
     check_strided_bitwise("cpu", Case((2, 1), (70, 100), split_tokens=64))
+    check_strided_bitwise("cpu", Case((3, 1), (10, 16), dtype=FP16))  # one block a table row
+
+
+def check_nan_scale(device: str, case: Case) -> None:
+    """A NaN k_scale: NaN out and lse for every row that sees a key; a NaN v_scale: NaN out for
+    them (the lse depends on scores only, and stays the reference's); rows without a key keep 0
+    and -inf. With and without split-KV."""
+    for which in ("k_scale", "v_scale"):
+        batch, options = make_inputs(case, device, seed=17)
+        options[which] = torch.full((1,), float("nan"), device=device)
+        ref_out, ref_lse = reference.attention(*batch.args(), **options)
+        sees = ref_out.isnan().any(-1).any(-1)
+        assert sees.any() and not sees.all()
+        for split in (None, 64):
+            out, lse = run_triton(batch, options, split_tokens=split)
+            assert torch.equal(out.isnan(), ref_out.isnan()), (which, split)
+            assert torch.equal(lse.isnan(), ref_lse.isnan()), (which, split)
+            assert torch.equal(out[~sees], torch.zeros_like(out[~sees]))
+            assert (lse[~sees] == float("-inf")).all()
+            if which == "v_scale":
+                truth_lse = reference.attention(batch.query.float(), *batch.args()[1:], **options)[1]
+                assert_close(lse, truth_lse, dtype=case.dtype, reference=ref_lse, name="lse")
+
+
+@interpreter_tier
+def test_nan_scale_interpreted() -> None:
+    check_nan_scale("cpu", Case((1, 3, 0, 2), (70, 9, 5, 0), cache_dtype=torch.float8_e4m3fn, pad_tokens=1))
 
 
 def check_strided_bitwise(device: str, case: Case) -> None:
@@ -505,16 +542,32 @@ def _fuzz_case(f: dict, rng: random.Random) -> Case:
     )
 
 
+def _with_extremes(case: Case, f: dict, rng: random.Random) -> Case:
+    """Integer options at their extremes (1, 2^31 - 1, past every sequence; hints 0, 2^31 - 1
+    and past the batch), drawn from a generator of their own so that ``_fuzz_case``'s draws
+    stay those of earlier runs."""
+    far = (1, BIG, BIG, 10**6)
+    window, chunk, hint = case.window, case.chunk, None
+    if f["window"] and rng.random() < 0.3:
+        window = tuple(rng.choice(far) if rng.random() < 0.6 else w for w in window)
+    if f["chunk"] and rng.random() < 0.3:
+        chunk = rng.choice(far)
+    if rng.random() < 0.15:
+        hint = rng.choice((0, BIG, sum(case.q_lens) + 5))
+    return replace(case, window=window, chunk=chunk, max_query_len=hint)
+
+
 @gpu_tier
 @pytest.mark.fuzz
 @pytest.mark.parametrize("family", range(_FUZZ_FAMILIES))
 def test_attention_fuzz_cuda(family: int) -> None:
-    """Seeds 0..1999: family ``f`` draws configurations ``50 f .. 50 f + 49``."""
+    """Seeds 0..1999: family ``f`` draws configurations ``50 f .. 50 f + 49``; about one in six
+    also takes integer options at their extremes (``_with_extremes``, its own generator)."""
     rng = random.Random(family)
     f = _fuzz_family(rng)
     for draw in range(_FUZZ_DRAWS):
         seed = family * _FUZZ_DRAWS + draw
-        case = _fuzz_case(f, random.Random(seed))
+        case = _with_extremes(_fuzz_case(f, random.Random(seed)), f, random.Random(10**9 + seed))
         try:
             check_case(case, "cuda")
         except AssertionError as e:
@@ -573,7 +626,64 @@ def test_merge_paths_bitwise_cuda(dtype, monkeypatch) -> None:
 @gpu_tier
 def test_strided_caches_bitwise_cuda() -> None:
     check_strided_bitwise("cuda", Case(**_MIXED, num_heads=8, num_kv_heads=2, head_size=128))
+    check_strided_bitwise("cuda", Case((3, 1, 1), (40, 64, 7), num_heads=8, num_kv_heads=2, head_size=256,
+                                       block_size=64, dtype=FP16))  # one block a table row
     check_strided_bitwise("cuda", Case(**_DECODE, num_heads=8, num_kv_heads=2, head_size=128, split_tokens=256))
+
+
+@gpu_tier
+def test_nan_scale_cuda() -> None:
+    check_nan_scale("cuda", Case(**_MIXED, num_heads=8, num_kv_heads=2, head_size=128,
+                                 cache_dtype=torch.float8_e4m3fn, pad_tokens=2))
+
+
+@gpu_tier
+@pytest.mark.parametrize("backend", ["auto", "triton"])
+def test_integer_option_extremes_public_op_cuda(backend: str) -> None:
+    """The public op on a causal mixed decode/prefill batch: window_right 2^31 - 1 (and other
+    sides and sizes past every position) gives the bits of the unbounded call, on the default
+    backend and on Triton."""
+    case = Case(**_MIXED, num_heads=8, num_kv_heads=2, head_size=128, sinks=True, pad_tokens=2)
+    batch, options = make_inputs(case, "cuda", seed=19)
+    options.pop("k_scale"), options.pop("v_scale")
+    with _config.backend(backend):
+        want_out, want_lse = torch_paged_attn.paged_attention(*batch.args(), **options, return_lse=True)
+        check_against_reference(batch, options, want_out, want_lse, BF16)
+        for window, hint in (((-1, BIG), -1), ((BIG, BIG), BIG), ((2**40, BIG), 0), ((BIG, 10**6), 2**40)):
+            extreme = dict(options, window_left=window[0], window_right=window[1])
+            out, lse = torch_paged_attn.paged_attention(*batch.args(), **extreme, max_query_len=hint,
+                                                        return_lse=True)
+            assert torch.equal(out, want_out) and torch.equal(lse, want_lse), (window, hint)
+        chunked = dict(options, attention_chunk_size=BIG)
+        out, lse = torch_paged_attn.paged_attention(*batch.args(), **chunked, return_lse=True)
+        check_against_reference(batch, chunked, out, lse, BF16)
+
+
+@gpu_tier
+@pytest.mark.parametrize("backend", ["triton", "flash"])
+def test_strided_caches_bitwise_public_op_cuda(backend: str) -> None:
+    """Through the public op: a cross-layer slice gives the contiguous cache's bits on the same
+    backend (FlashAttention reads it with its block stride). An HND view, which FlashAttention
+    declines, runs on Triton: its bits are those of the contiguous cache on Triton."""
+    if backend == "flash":
+        from torch_paged_attn.lowering import flash
+
+        if flash.available() is not None:
+            pytest.skip(f"no FlashAttention: {flash.available()}")
+    case = Case((1, 64, 1, 0, 5, 130), (1000, 300, 17, 0, 5, 333), num_heads=8, num_kv_heads=2, head_size=128,
+                sinks=backend == "flash")
+    batch, options = make_inputs(case, "cuda", seed=29)
+    options.pop("k_scale"), options.pop("v_scale")
+    with _config.backend(backend):
+        want = torch_paged_attn.paged_attention(*batch.args(), **options, return_lse=True)
+    with _config.backend("triton"):
+        want_triton = torch_paged_attn.paged_attention(*batch.args(), **options, return_lse=True)
+    contiguous = batch.key_cache, batch.value_cache
+    for layout, expected in (("cross_layer", want), ("hnd", want_triton)):
+        batch.key_cache, batch.value_cache = (_strided_cache(c, layout) for c in contiguous)
+        with _config.backend(backend):
+            out, lse = torch_paged_attn.paged_attention(*batch.args(), **options, return_lse=True)
+        assert torch.equal(out, expected[0]) and torch.equal(lse, expected[1]), layout
 
 
 @gpu_tier

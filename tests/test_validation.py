@@ -592,6 +592,67 @@ BAD = [
         lambda a: {"block_table": a["block_table"].long()},
         TE, "block_table", "dtype int32", "torch.int64",
     ),
+    # -- caches without a block, caches whose blocks or slots share memory (writes) --
+    Bad(
+        "key_cache_0_blocks", PA, _paged,
+        lambda a: {"key_cache": torch.randn(0, BS, HKV, D), "value_cache": torch.randn(0, BS, HKV, D)},
+        V, "key_cache", "at least one block", "shape [0, 16, 2, 32]",
+    ),
+    Bad(
+        "out_key_cache_0_blocks", PAO, _paged_out,
+        lambda a: {"key_cache": torch.randn(0, BS, HKV, D), "value_cache": torch.randn(0, BS, HKV, D)},
+        V, "key_cache", "at least one block", "shape [0, 16, 2, 32]",
+    ),
+    Bad(
+        "mla_kv_cache_0_blocks", MLA, _mla,
+        lambda a: {"kv_cache": torch.randn(0, BS, LATENT + ROPE)},
+        V, "kv_cache", "at least one block", "shape [0, 16, 80]",
+    ),
+    Bad(
+        "rc_caches_0_blocks", RC, _reshape,
+        lambda a: {"key_cache": torch.randn(0, BS, HKV, D), "value_cache": torch.randn(0, BS, HKV, D)},
+        V, "key_cache", "at least one block", "shape [0, 16, 2, 32]",
+    ),
+    Bad(
+        "cc_kv_cache_0_blocks", CC, _concat,
+        lambda a: {"kv_cache": torch.randn(0, BS, LATENT + ROPE)},
+        V, "kv_cache", "at least one block", "shape [0, 16, 80]",
+    ),
+    Bad(
+        "gc_kv_cache_0_blocks", GC, _gather,
+        lambda a: {"kv_cache": torch.randn(0, BS, LATENT + ROPE)},
+        V, "kv_cache", "at least one block", "shape [0, 16, 80]",
+    ),
+    Bad(
+        "gc_kv_cache_block_size_0", GC, _gather,
+        lambda a: {"kv_cache": torch.randn(6, 0, LATENT + ROPE)},
+        V, "kv_cache", "at least one block of at least one slot", "shape [6, 0, 80]",
+    ),
+    Bad(
+        "rc_key_cache_blocks_stride_0", RC, _reshape,
+        lambda a: {"key_cache": a["key_cache"][:1].expand(6, -1, -1, -1)},
+        V, "key_cache", "blocks and slots do not share memory", "strides (0, 64, 32, 1)",
+    ),
+    Bad(
+        "rc_value_cache_block_stride_half_a_block", RC, _reshape,
+        lambda a: {"value_cache": a["value_cache"].as_strided((6, BS, HKV, D), (BS * HKV * D // 2, HKV * D, D, 1))},
+        V, "value_cache", "a block stride that holds a block", "strides (512, 64, 32, 1)",
+    ),
+    Bad(
+        "rc_key_cache_heads_overlap", RC, _reshape,
+        lambda a: {"key_cache": a["key_cache"].as_strided((6, BS, HKV, D), (BS * HKV * D, HKV * D, D // 2, 1))},
+        V, "key_cache", "do not share memory", "strides (1024, 64, 16, 1)",
+    ),
+    Bad(
+        "cc_kv_cache_blocks_stride_0", CC, _concat,
+        lambda a: {"kv_cache": a["kv_cache"][:1].expand(6, -1, -1)},
+        V, "kv_cache", "blocks and slots do not share memory", "strides (0, 80, 1)",
+    ),
+    Bad(
+        "cc_kv_cache_slots_stride_0", CC, _concat,
+        lambda a: {"kv_cache": a["kv_cache"][:, :1].expand(-1, BS, -1)},
+        V, "kv_cache", "blocks and slots do not share memory", "strides (1280, 0, 1)",
+    ),
     # -- merge_attn_states(_out) --
     Bad(
         "merge_suffix_out_head_size_16", MS, _merge,
@@ -690,6 +751,38 @@ BAD = [
         V, "lse", "shape [4, 2]", "shape [2, 4]",
     ),
 ]
+
+
+@pytest.mark.parametrize("op", [PA, MLA])
+@pytest.mark.parametrize("what", ["tokens", "key_positions"])
+def test_more_than_2pow28_positions_are_rejected(op: str, what: str, monkeypatch):
+    """At most 2^28 query tokens and key positions (block table columns x block size) a call:
+    every position plus any window or chunk size then fits the kernels' int32 arithmetic.
+    Stride-0 views: nothing that large is allocated."""
+    monkeypatch.delenv(DEBUG_ENV, raising=False)
+    args = _paged() if op == PA else _mla()
+    if what == "tokens":
+        for name in ("query",) if op == PA else ("q_latent", "q_rope"):
+            args[name] = args[name][:1, :1].expand(2**28 + 1, HQ, -1)
+        arg, expected, got = ("query" if op == PA else "q_latent"), "at most 2^28 = 268435456 tokens", "268435457"
+    else:
+        args["block_table"] = args["block_table"][:, :1].expand(2, 2**24 + 1)
+        arg, expected, got = "block_table", "at most 2^28 = 268435456 key positions", "16777217 x 16 = 268435472"
+    with pytest.raises(ValueError, match=_message_pattern(op, arg, expected, got)):
+        getattr(pa, op)(**args)
+
+
+@pytest.mark.parametrize("op", [PA, PAO])
+def test_debug_rejects_a_query_length_hint_below_a_query(op: str, monkeypatch):
+    """max_query_len, when > 0, bounds every query length (query lengths here: 1 and 3); 0 and -1
+    mean no hint, and any larger value (2^31 - 1 included) is a true bound."""
+    monkeypatch.setenv(DEBUG_ENV, "1")
+    args = _paged() if op == PA else _paged_out()
+    for hint in (-1, 0, 3, 4, 2**31 - 1, 2**40):
+        getattr(pa, op)(**args, max_query_len=hint)
+    for hint in (1, 2):
+        with pytest.raises(ValueError, match=_message_pattern(op, "max_query_len", f"(<= {hint})", "3 at")):
+            getattr(pa, op)(**args, max_query_len=hint)
 
 
 @pytest.mark.parametrize("case", BAD, ids=[c.id for c in BAD])

@@ -57,6 +57,21 @@ _REFERENCE = "torch_paged_attn.lowering.reference"
 _FLASH_OPS = ("paged_attention", "mla_decode")
 
 
+def plain_eager(t: object) -> bool:
+    """True for a call on a plain tensor outside torch.compile, dispatch or function modes and
+    the profiler: nothing is watching the dispatcher, so an op's body (ours, or the FlashAttention
+    backend's private op) may run directly."""
+    # is_compiling() first: under dynamo it is a constant True and nothing after it is traced
+    return (
+        not torch.compiler.is_compiling()
+        and type(t) is torch.Tensor
+        and not t.requires_grad
+        and torch._C._len_torch_dispatch_stack() == 0
+        and not torch._C._is_torch_function_mode_enabled()
+        and not torch.autograd._profiler_enabled()
+    )
+
+
 def _load(name: str) -> ModuleType | None:
     try:
         return importlib.import_module(name)

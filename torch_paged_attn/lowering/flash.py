@@ -3,9 +3,11 @@ FlashAttention package that is installed, imported inside functions.
 
 Adapters, tried in this order (the first installed one that supports the call runs it):
 
-    fa4  flash_attn.cute.flash_attn_varlen_func(q, k, v, cu_seqlens_q, seqused_k, page_table,
-         softmax_scale, causal, window_size, learnable_sink, softcap, return_lse, qv)
-         (flash-attn-4 4.0.0b36; SM90 and SM100/110; paged KV is not supported on SM80/SM120)
+    fa4  flash_attn.cute.interface._flash_attn_fwd(q, k, v, qv, cu_seqlens_q, seqused_k, page_table,
+         softmax_scale, causal, window_size_left/right, learnable_sink, softcap, return_lse, out)
+         (what flash_attn.cute.flash_attn_varlen_func calls, with an output tensor; the public
+         function where that is missing; flash-attn-4 4.0.0b36; SM90 and SM100/110; paged KV is
+         not supported on SM80/SM120)
     fa3  flash_attn_interface.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens,
          page_table, cu_seqlens_q, max_seqlen_q, softmax_scale, causal, window_size, softcap,
          return_softmax_lse)                                         (FlashAttention-3, SM90)
@@ -24,10 +26,19 @@ attends to no key on this backend (0 and -inf, or its sink alone: no other block
 read in its place; the Triton kernels mask just the bad blocks); ``TORCH_PAGED_ATTN_DEBUG=1``
 rejects such tables.
 
+No pass over the output: FA4 writes into the caller's ``out`` (``interface._flash_attn_fwd``'s
+``out=``, when ``out``'s layout is one FA4 takes: contiguous last dimension, 16-byte aligned
+strides), and two small kernels (``flash_kernels``) do the rest: one launch before the call
+guards the lengths against bad block ids, one after writes the padding rows and the LSE in the
+contract's layout (a ``[T, Hq]`` float32 copy, the only data moved beside FlashAttention's).
+FA3 and FA2 (fallbacks) and outputs FA4 does not take still run through FlashAttention's own
+buffer and one copy.
+
 Graphs: the call goes through the private opaque op ``paged_attn::_flash_attention`` (a
-``torch.library.custom_op`` with a fake), so Inductor, which traces the public triton_op's body,
-sees one extern call and never traces into the CuTe-DSL kernel; Dynamo and export keep the one
-public node. FA4 compiles a kernel on its first call: run one call before CUDA-graph capture.
+``torch.library.custom_op`` that mutates exactly ``out`` and ``lse``, with a fake), so Inductor,
+which traces the public triton_op's body, sees one extern call and never traces into the CuTe-DSL
+kernel; Dynamo and export keep the one public node. FA4 compiles a kernel on its first call: run
+one call before CUDA-graph capture. This module imports nothing from ``torch_paged_attn.ops``.
 """
 
 from __future__ import annotations
@@ -35,6 +46,8 @@ from __future__ import annotations
 import abc
 import functools
 import importlib
+import inspect
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -246,36 +259,69 @@ def supports(op: str, facts: dict) -> str | None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _call(adapter: str, q, k, v, block_table, seq_lens, query_start_loc, qv, *, scale, causal,
+@functools.lru_cache(maxsize=None)
+def _fa4_forward() -> Any:
+    """FA4's forward with its ``out=`` argument (``flash_attn.cute.interface._flash_attn_fwd``,
+    4.0.0b36: ``flash_attn_varlen_func`` takes no output tensor), or None where that module or
+    argument is missing (then the public function runs and its result is copied)."""
+    try:
+        fn = importlib.import_module("flash_attn.cute.interface")._flash_attn_fwd
+        return fn if "out" in inspect.signature(fn).parameters else None
+    except Exception:  # absent, renamed or failing to load: the public function
+        return None
+
+
+def _fa4_out_ok(out: Tensor) -> bool:
+    """Whether FA4 writes into ``out`` as it is (its ``validate_output_layout``: contiguous last
+    dimension, address and strides aligned to 16 bytes, 32 for a head size of 512, no broadcast)."""
+    size, align = out.element_size(), 32 if out.shape[-1] == 512 else 16
+    return (out.stride(-1) == 1 and out.data_ptr() % align == 0
+            and all(st != 0 and st * size % align == 0 for st in out.stride()[:-1]))
+
+
+def _call(adapter: str, q, k, v, block_table, seq_lens, query_start_loc, qv, out, *, scale, causal,
           window_left, window_right, softcap, alibi_slopes, sinks, max_query_len, return_lse):
-    """One FlashAttention call: ``(out [T, H, Dv], lse in FA's layout or None, lse_is_head_major)``."""
+    """One FlashAttention call: ``(o, lse in FA's layout or None, lse_is_head_major)``; ``o`` is
+    ``out`` itself when FlashAttention wrote into it, else FlashAttention's own buffer."""
     fn = _function(adapter)
     num_tokens = q.shape[0] if q is not None else qv.shape[0]
-    max_q = max_query_len if max_query_len > 0 else num_tokens  # a bound, never a tensor value
+    max_q = min(max_query_len, num_tokens) if max_query_len > 0 else num_tokens  # a bound, never a tensor value
     if adapter == "fa4":
-        window = (window_left if window_left >= 0 else None,
-                  window_right if window_right >= 0 and not causal else None)
+        left = window_left if window_left >= 0 else None
+        right = window_right if window_right >= 0 and not causal else None
+        forward = _fa4_forward()
+        query_start_loc = query_start_loc.contiguous()  # FA4 asserts it (1-D: any stride passes validation)
+        if forward is not None and _fa4_out_ok(out):
+            o, lse = forward(q, k, v, qv=qv, cu_seqlens_q=query_start_loc, max_seqlen_q=max_q, seqused_k=seq_lens,
+                             page_table=block_table, softmax_scale=scale, causal=causal, window_size_left=left,
+                             window_size_right=right, learnable_sink=sinks, softcap=softcap,
+                             return_lse=return_lse, out=out)[:2]
+            return o, lse if return_lse else None, qv is None
         res = fn(q, k, v, qv=qv, cu_seqlens_q=query_start_loc, max_seqlen_q=max_q, seqused_k=seq_lens,
-                 page_table=block_table, softmax_scale=scale, causal=causal, window_size=window,
+                 page_table=block_table, softmax_scale=scale, causal=causal, window_size=(left, right),
                  learnable_sink=sinks, softcap=softcap, return_lse=return_lse)
-        out, lse = res if isinstance(res, tuple) else (res, None)
-        return out, lse, qv is None
+        o, lse = res if isinstance(res, tuple) else (res, None)
+        return o, lse, qv is None
+    # FA3 and FA2 may read table entries past a row's used part: ids made valid (0) for them
+    num_blocks = k.shape[0]
+    block_table = torch.where((block_table >= 0) & (block_table < num_blocks), block_table, 0)
+    q, seq_lens, query_start_loc = q.contiguous(), seq_lens.contiguous(), query_start_loc.contiguous()
     window = (window_left, -1 if causal else window_right)
     if adapter == "fa3":
         res = fn(q, k, v, cache_seqlens=seq_lens, page_table=block_table, cu_seqlens_q=query_start_loc,
                  max_seqlen_q=max_q, softmax_scale=scale, causal=causal, window_size=window,
                  softcap=softcap, return_softmax_lse=return_lse)
-        out, lse = (res[0], res[1]) if return_lse else (res, None)
-        return out, lse, True
+        o, lse = (res[0], res[1]) if return_lse else (res, None)
+        return o, lse, True
     cu_seqlens_k = torch.nn.functional.pad(seq_lens.cumsum(0, dtype=torch.int32), (1, 0))
-    out, lse, _ = fn(q, k, v, cu_seqlens_q=query_start_loc, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_q,
-                     max_seqlen_k=block_table.shape[1] * k.shape[1], dropout_p=0.0, softmax_scale=scale,
-                     causal=causal, window_size=window, softcap=softcap, alibi_slopes=alibi_slopes,
-                     return_attn_probs=True, block_table=block_table)
-    return out, lse, True
+    o, lse, _ = fn(q, k, v, cu_seqlens_q=query_start_loc, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_q,
+                   max_seqlen_k=block_table.shape[1] * k.shape[1], dropout_p=0.0, softmax_scale=scale,
+                   causal=causal, window_size=window, softcap=softcap, alibi_slopes=alibi_slopes,
+                   return_attn_probs=True, block_table=block_table)
+    return o, lse, True
 
 
-@torch.library.custom_op("paged_attn::_flash_attention", mutates_args=())
+@torch.library.custom_op("paged_attn::_flash_attention", mutates_args=("out", "lse"))
 def _flash_attention(
     adapter: str,
     query: Tensor,
@@ -285,6 +331,8 @@ def _flash_attention(
     seq_lens: Tensor,
     query_start_loc: Tensor,
     qv: Tensor | None,
+    out: Tensor,
+    lse: Tensor | None,
     scale: float,
     causal: bool,
     window_left: int,
@@ -293,61 +341,102 @@ def _flash_attention(
     alibi_slopes: Tensor | None,
     sinks: Tensor | None,
     max_query_len: int,
-    return_lse: bool,
-) -> tuple[Tensor, Tensor]:
-    """FlashAttention over a paged cache: ``out [T, H, Dv]`` as FlashAttention leaves it (rows past
-    ``query_start_loc[-1]`` unwritten: ``_write`` zeroes them) and ``lse [T, H]`` float32 natural
-    log with the contract's values (``[0]`` unless ``return_lse``). With ``qv`` (MLA), ``query`` is
-    the rope part and ``qv`` the latent part."""
-    num_tokens, num_heads = query.shape[:2]
-    num_blocks = key_cache.shape[0]
-    # A bad id in a table's used part would fault inside FlashAttention, and any real block read
-    # in its place could show a sequence another's keys: a sequence with one attends to no key
-    # here (0 and -inf, or its sink alone); its ids become 0 only to keep addresses in range.
-    ok = (block_table >= 0) & (block_table < num_blocks)
-    used = torch.arange(block_table.shape[1], device=block_table.device) * key_cache.shape[1] < seq_lens[:, None]
-    seq_lens = torch.where((used & ~ok).any(dim=1), 0, seq_lens).to(torch.int32)
-    table = torch.where(ok, block_table, 0)
-    out, lse, head_major = _call(
-        adapter, query.contiguous(), key_cache, value_cache, table, seq_lens.contiguous(),
-        query_start_loc.contiguous(), qv.contiguous() if qv is not None else None, scale=scale, causal=causal,
-        window_left=window_left, window_right=window_right, softcap=softcap, alibi_slopes=alibi_slopes,
-        sinks=sinks, max_query_len=max_query_len, return_lse=return_lse,
+) -> None:
+    """FlashAttention over a paged cache into ``out [T, H, Dv]`` and, when given, ``lse [T, H]``
+    (float32, natural log), with the contract's values in every row. With ``qv`` (MLA), ``query``
+    is the rope part and ``qv`` the latent part.
+
+    The hot path (FA4 and an ``out`` it accepts): one launch that zeroes the length of each
+    sequence with a block id outside ``[0, NB)`` in its used part (it then attends to no key: 0 and
+    -inf, or its sink alone; no other block is read in its place), FlashAttention writing into
+    ``out``, and one launch that writes the padding rows (past ``query_start_loc[-1]``, which
+    FlashAttention leaves unwritten) and the LSE in the contract's layout (``flash_kernels``)."""
+    num_tokens = query.shape[0]
+    if num_tokens == 0:
+        return
+    guarded = _guard_seq_lens(block_table, seq_lens, key_cache.shape[0], key_cache.shape[1])
+    o, src, head_major = _call(
+        adapter, query, key_cache, value_cache, block_table, guarded, query_start_loc, qv, out,
+        scale=scale, causal=causal, window_left=window_left, window_right=window_right, softcap=softcap,
+        alibi_slopes=alibi_slopes, sinks=sinks, max_query_len=max_query_len, return_lse=lse is not None,
     )
-    if out.shape[0] != num_tokens:  # no view of FlashAttention's buffer leaves the op
-        out = out[:num_tokens].contiguous()
-    if not return_lse:
-        return out, query.new_empty((0,), dtype=torch.float32)
-    valid = torch.arange(num_tokens, device=query.device) < query_start_loc[-1]  # padding rows: False
-    lse = lse.float()
-    lse = lse.t() if head_major else lse
-    lse = torch.where(lse == float("inf"), float("-inf"), lse)  # FA2 marks empty rows +inf
-    return out, torch.where(valid[:, None], lse[:num_tokens], float("-inf")).contiguous()
+    if o is not out:  # FlashAttention's own buffer (an output layout it does not take, FA3, FA2)
+        out.copy_(o[:num_tokens])
+    _finish_rows(out, lse, src, query_start_loc, head_major)
 
 
 @_flash_attention.register_fake
-def _(adapter, query, key_cache, value_cache, block_table, seq_lens, query_start_loc, qv, scale, causal,
-      window_left, window_right, softcap, alibi_slopes, sinks, max_query_len, return_lse):
-    num_tokens, num_heads = query.shape[:2]
-    out = query.new_empty((num_tokens, num_heads, value_cache.shape[-1]))
-    lse_shape = (num_tokens, num_heads) if return_lse else (0,)
-    return out, query.new_empty(lse_shape, dtype=torch.float32)
+def _(adapter, query, key_cache, value_cache, block_table, seq_lens, query_start_loc, qv, out, lse, scale,
+      causal, window_left, window_right, softcap, alibi_slopes, sinks, max_query_len):
+    return None
 
 
-def _write(o: Tensor, s: Tensor, query_start_loc: Tensor, out: Tensor, lse: Tensor | None) -> None:
-    """The private op's results into the caller's ``out`` / ``lse``: padding rows (past
-    ``query_start_loc[-1]``, which FlashAttention leaves unwritten) become 0 in the same pass as
-    the copy."""
-    valid = torch.arange(o.shape[0], device=o.device) < query_start_loc[-1]
-    torch.where(valid[:, None, None], o, o.new_zeros(()), out=out)
+def _kernels_run_on(t: Tensor) -> bool:
+    """Whether flash_kernels' Triton kernels run on ``t``'s device (CUDA, or the interpreter)."""
+    return t.is_cuda or os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _guard_seq_lens(block_table: Tensor, seq_lens: Tensor, num_blocks: int, block_size: int) -> Tensor:
+    """``seq_lens`` with 0 for each sequence whose table has an id outside ``[0, num_blocks)`` in
+    its used part (``flash_kernels.guard_seq_lens_kernel``, one launch)."""
+    num_seqs = block_table.shape[0]
+    guarded = torch.empty(num_seqs, dtype=torch.int32, device=seq_lens.device)
+    if num_seqs == 0:
+        return guarded
+    if not _kernels_run_on(block_table):
+        ok = (block_table >= 0) & (block_table < num_blocks)
+        used = torch.arange(block_table.shape[1], device=block_table.device) * block_size < seq_lens[:, None]
+        return torch.where((used & ~ok).any(dim=1), 0, seq_lens).to(torch.int32)
+    from . import flash_kernels as fk
+    from .triton._launch import launch
+
+    launch(fk.guard_seq_lens_kernel, (num_seqs,), block_table)(
+        block_table_ptr=block_table, seq_lens_ptr=seq_lens, guarded_ptr=guarded,
+        stride_bt_seq=block_table.stride(0), num_blocks=num_blocks, BLOCK_SIZE=block_size,
+        BLOCK_PAGES=fk.BLOCK_PAGES,
+    )
+    return guarded
+
+
+def _finish_rows(out: Tensor, lse: Tensor | None, src: Tensor | None, query_start_loc: Tensor,
+                 head_major: bool) -> None:
+    """Padding rows of ``out`` to 0, and ``lse`` from FlashAttention's ``src`` (``[H, T]`` when
+    ``head_major``, else ``[T, H]``; FA2's ``+inf`` for an empty row as ``-inf``) with padding
+    rows ``-inf`` (``flash_kernels.finish_rows_kernel``, one launch; real rows of ``out`` untouched)."""
+    num_tokens, num_heads, head_size_v = out.shape
     if lse is not None:
-        lse.copy_(s)
+        src = src.float()
+        if src.stride(1) != 1:  # the kernel reads src's last dimension as contiguous
+            src = src.contiguous()
+    if not _kernels_run_on(out):
+        valid = torch.arange(num_tokens, device=out.device) < query_start_loc[-1]
+        out.masked_fill_(~valid[:, None, None], 0)
+        if lse is not None:
+            x = src.t() if head_major else src
+            x = torch.where(x == float("inf"), float("-inf"), x)
+            lse.copy_(torch.where(valid[:, None], x[:num_tokens], float("-inf")))
+        return
+    from . import flash_kernels as fk
+    from .triton._launch import launch, next_power_of_2
+
+    block_t = fk.BLOCK_T
+    has_lse = lse is not None
+    launch(fk.finish_rows_kernel, (-(-num_tokens // block_t),), out)(
+        out_ptr=out, lse_ptr=lse if has_lse else out, src_ptr=src if has_lse else out,
+        query_start_loc_ptr=query_start_loc, num_seqs=query_start_loc.shape[0] - 1, num_tokens=num_tokens,
+        stride_o_tok=out.stride(0), stride_o_head=out.stride(1),
+        stride_lse_tok=lse.stride(0) if has_lse else 0, stride_lse_head=lse.stride(1) if has_lse else 0,
+        stride_src_a=src.stride(0) if has_lse else 0,
+        NUM_HEADS=num_heads, HEAD_SIZE_V=head_size_v, BLOCK_T=block_t,
+        BLOCK_H=min(next_power_of_2(num_heads), 64), BLOCK_D=min(next_power_of_2(head_size_v), 128),
+        HAS_LSE=has_lse, SRC_TOKEN_MAJOR=not head_major,
+    )
 
 
-def _run_op(*args, **kwargs) -> tuple[Tensor, Tensor]:
+def _run_op(*args, **kwargs) -> None:
     """The private op: through the dispatcher when something may trace, else its body directly
     (the dispatcher's custom-op wrapper costs tens of microseconds of host time)."""
-    from ..ops._library import plain_eager
+    from . import plain_eager
 
     if plain_eager(args[1]):
         return _flash_attention._init_fn(*args, **kwargs)
@@ -399,31 +488,51 @@ def paged_attention(
     query: Tensor, key_cache: Tensor, value_cache: Tensor,
     block_table: Tensor, seq_lens: Tensor, query_start_loc: Tensor,
     out: Tensor, lse: Tensor | None,
+    **options,
+) -> None:
+    """Paged attention on FlashAttention into ``out`` / ``lse``; semantics of the contract."""
+    args = (query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, lse)
+    prepare_paged_attention(*args, **options)(*args, options)
+
+
+def prepare_paged_attention(
+    query: Tensor, key_cache: Tensor, value_cache: Tensor,
+    block_table: Tensor, seq_lens: Tensor, query_start_loc: Tensor,
+    out: Tensor, lse: Tensor | None,
     *,
     scale: float, causal: bool, window_left: int, window_right: int, softcap: float,
     alibi_slopes: Tensor | None, sinks: Tensor | None, k_scale: Tensor | None, v_scale: Tensor | None,
     attention_chunk_size: int, max_query_len: int = -1,
-) -> None:
-    """Paged attention on FlashAttention into ``out`` / ``lse``; semantics of the contract."""
-    num_tokens, num_heads, _ = query.shape
+):
+    """The runner of calls of this signature (``lowering.plan``): the adapter and the option
+    values are decided once; a call passes its tensors to the private op."""
+    if query.shape[0] == 0:
+        return _nothing
+    if block_table.shape[0] == 0:  # no sequence: every row is padding
+        return _all_padding
     options = dict(scale=scale, causal=causal, window_left=window_left, window_right=window_right,
                    softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
                    attention_chunk_size=attention_chunk_size, max_query_len=max_query_len)
-    if num_tokens == 0:
-        return
-    if block_table.shape[0] == 0:  # no sequence: every row is padding
-        out.zero_()
-        if lse is not None:
-            lse.fill_(float("-inf"))
-        return
     adapter = _adapter("paged_attention", paged_facts(query, key_cache, value_cache, options, lse is not None),
                        query.device)
-    o, s = _run_op(
-        adapter, query, key_cache, value_cache, block_table, seq_lens, query_start_loc, None,
-        float(scale), bool(causal), int(window_left), int(window_right), float(softcap), alibi_slopes, sinks,
-        int(max_query_len), lse is not None,
-    )
-    _write(o, s, query_start_loc, out, lse)
+    fixed = (float(scale), bool(causal), int(window_left), int(window_right), float(softcap))
+    bound = int(max_query_len)
+
+    def run(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, lse, options):
+        _run_op(adapter, query, key_cache, value_cache, block_table, seq_lens, query_start_loc, None, out, lse,
+                *fixed, options["alibi_slopes"], options["sinks"], bound)
+
+    return run
+
+
+def _nothing(*args) -> None:
+    return None
+
+
+def _all_padding(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, lse, options):
+    out.zero_()
+    if lse is not None:
+        lse.fill_(float("-inf"))
 
 
 def mla_decode(
@@ -448,8 +557,7 @@ def mla_decode(
     adapter = _adapter("mla_decode", facts, q_latent.device)
     k_pe = kv_cache[..., latent:].unsqueeze(2)  # [NB, BS, 1, R]
     c = kv_cache[..., :latent].unsqueeze(2)  # [NB, BS, 1, L]
-    o, s = _run_op(
-        adapter, q_rope, k_pe, c, block_table, seq_lens, query_start_loc, q_latent,
-        float(scale), bool(causal), -1, -1, 0.0, None, None, -1, lse is not None,
+    _run_op(
+        adapter, q_rope, k_pe, c, block_table, seq_lens, query_start_loc, q_latent, out, lse,
+        float(scale), bool(causal), -1, -1, 0.0, None, None, -1,
     )
-    _write(o, s, query_start_loc, out, lse)

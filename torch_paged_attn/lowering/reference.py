@@ -128,6 +128,12 @@ def attention(
     group = num_heads // num_kv_heads
     device = query.device
     capacity = max_blocks * block_size
+    # Positions lie in [-num_tokens, capacity) and keys in [0, capacity): a window side or chunk
+    # of ``reach`` or more selects the same keys as ``reach`` (2**31 - 1 means "no limit" to some
+    # callers), and int64 arithmetic on positions plus ``reach`` cannot overflow.
+    reach = max(capacity + num_tokens, 1)
+    window_left, window_right = min(window_left, reach), min(window_right, reach)
+    attention_chunk_size = min(attention_chunk_size, reach)
 
     if num_seqs == 0:  # no sequence: every row is padding
         out = query.new_zeros(num_tokens, num_heads, head_size_v)
@@ -154,8 +160,11 @@ def attention(
     key_ok = block_ok.repeat_interleave(block_size, dim=1) & (key_pos[None, :] < lens[:, None])
 
     def gather(cache: Tensor, cache_scale: Tensor | None) -> Tensor:
-        # [B, MB, BS, Hkv, d] -> [B, L, Hkv, d]; keys that are not visible become 0 (not NaN)
-        x = _dequant(cache[block_ids], cache_scale)
+        # [B, MB, BS, Hkv, d] -> [B, L, Hkv, d]; keys that are not visible become 0 (not NaN).
+        # Contiguous before any arithmetic: indexing keeps a strided cache's dimension order
+        # (and with one block a row, the reshape below stays a view), and the dots' summation
+        # order follows the layout; strided caches must give the contiguous cache's bits.
+        x = _dequant(cache[block_ids].contiguous(), cache_scale)
         x = x.reshape(num_seqs, capacity, num_kv_heads, cache.shape[-1])
         return torch.where(key_ok[:, :, None, None], x, 0.0)
 
@@ -177,8 +186,12 @@ def attention(
             _floor_div(rel, attention_chunk_size) == _floor_div(p, attention_chunk_size)
         )
 
+    # a row reads only the values it sees: NaN in a covered slot outside a row's window or
+    # chunk must not reach it through 0 * NaN
+    values = torch.where(visible[:, :, None, None], values, 0.0)
+
     # -- scores: scale, softcap, ALiBi, then the mask: [T, Hkv, G, L] --
-    q = query.float().reshape(num_tokens, num_kv_heads, group, head_size)
+    q = query.float().contiguous().reshape(num_tokens, num_kv_heads, group, head_size)
     s = torch.einsum("tkgd,tlkd->tkgl", q, keys) * scale
     if softcap > 0:
         s = softcap * torch.tanh(s / softcap)
@@ -198,7 +211,9 @@ def attention(
     e = torch.exp(logits - m)
     denom = e.sum(dim=-1, keepdim=True)
     acc = torch.einsum("tkgl,tlkd->tkgd", e[..., :capacity], values)
-    out = torch.where(denom > 0, acc / denom, 0.0)
+    # no visible key and no sink: 0; a NaN score (a NaN scale, query or key) makes denom NaN
+    # and the row NaN, never a finite-looking 0
+    out = torch.where(denom == 0, 0.0, acc / denom)
     lse = (m + torch.log(denom)).squeeze(-1)
 
     out = torch.where(row_valid[:, None, None, None], out, 0.0)
@@ -355,7 +370,8 @@ def merge(
 ) -> tuple[Tensor, Tensor]:
     """Exact combination of two attention results over disjoint key sets, through their LSEs.
 
-    An LSE of -inf or +inf marks an empty part: its output is not read (it may be garbage)."""
+    An LSE of -inf or +inf marks an empty part: its output is not read (it may be garbage). A
+    NaN LSE in either part makes the row's output and LSE NaN."""
     lp = prefix_lse.float()
     ls = suffix_lse.float()
     lp = torch.where(lp == float("inf"), float("-inf"), lp)
@@ -368,7 +384,9 @@ def merge(
     safe = torch.where(denom > 0, denom, 1.0)
     part_p = torch.where((wp > 0)[..., None], prefix_out.float() * (wp / safe)[..., None], 0.0)
     part_s = torch.where((ws > 0)[..., None], suffix_out.float() * (ws / safe)[..., None], 0.0)
-    return (part_p + part_s).to(prefix_out.dtype), m + torch.log(denom)
+    nan = (lp.isnan() | ls.isnan())[..., None]
+    out = torch.where(nan, float("nan"), part_p + part_s)
+    return out.to(prefix_out.dtype), m + torch.log(denom)
 
 
 def merge_attn_states(
@@ -387,7 +405,8 @@ def merge_attn_states(
 
 def merge_n(outs: Tensor, lses: Tensor) -> tuple[Tensor, Tensor]:
     """Exact combination of N attention results ``outs [N, T, H, D]`` / ``lses [N, T, H]`` over
-    disjoint key sets. An LSE of -inf or +inf marks an empty part: its output is not read."""
+    disjoint key sets. An LSE of -inf or +inf marks an empty part: its output is not read; a
+    NaN LSE in any part makes the row's output and LSE NaN."""
     ls = lses.float()
     ls = torch.where(ls == float("inf"), float("-inf"), ls)
     m = ls.amax(dim=0)
@@ -396,7 +415,8 @@ def merge_n(outs: Tensor, lses: Tensor) -> tuple[Tensor, Tensor]:
     denom = w.sum(dim=0)
     safe = torch.where(denom > 0, denom, 1.0)
     parts = torch.where((w > 0)[..., None], outs.float() * (w / safe)[..., None], 0.0)
-    return parts.sum(dim=0).to(outs.dtype), m + torch.log(denom)
+    out = torch.where(ls.isnan().any(dim=0)[..., None], float("nan"), parts.sum(dim=0))
+    return out.to(outs.dtype), m + torch.log(denom)
 
 
 def merge_attn_states_n(outs: Tensor, lses: Tensor, out: Tensor, lse: Tensor | None) -> None:

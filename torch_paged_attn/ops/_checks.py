@@ -24,6 +24,15 @@ FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 CACHE_DTYPES = FLOAT_DTYPES + FP8_DTYPES
 INDEX_DTYPES = (torch.int32,)
 SLOT_DTYPES = (torch.int64, torch.int32)
+# Largest number of query tokens, and of key positions a block table covers (columns x block
+# size), in one call. Positions then lie in (-2^28, 2^28) (non-causal rows with q_len > seq_len
+# are negative), so the kernels' int32 position arithmetic, a position plus a window side or a
+# chunk size of up to 2^29 (``FAR``), cannot overflow.
+MAX_POSITIONS = 2**28
+# A window side or chunk size this large reaches past every position of any valid call: the ops
+# read a window side >= FAR as unbounded (-1) and a chunk size >= FAR as FAR (the same chunks:
+# position p is in chunk 0 for p >= 0 and chunk -1 for p < 0).
+FAR = 2**29
 
 
 def _dtype_names(dtypes: Sequence[torch.dtype]) -> str:
@@ -81,6 +90,25 @@ class Checker:
         self.tensor(arg, t, dtypes=(torch.float32,), last_contiguous=False)
         if t.dim() > 1 or t.numel() != 1:
             self.fail(arg, "one element, shape [] or [1]", f"shape {_shape(t)}")
+
+    def cache_blocks(self, arg: str, cache: Tensor) -> None:
+        """A paged cache ``[NB, BS, ...]`` with at least one block of at least one slot."""
+        if cache.shape[0] < 1 or cache.shape[1] < 1:
+            self.fail(arg, "at least one block of at least one slot ([NB >= 1, BS >= 1, ...])",
+                      f"shape {_shape(cache)}")
+
+    def distinct_slots(self, arg: str, cache: Tensor) -> None:
+        """A cache an op writes: no two of its elements share memory (a block stride too small to
+        hold a block, a stride of 0, overlapping rows). Strides only: each dimension's stride, in
+        increasing order, must exceed the span of the dimensions with smaller strides."""
+        dims = sorted((st, n) for st, n in zip(cache.stride(), cache.shape) if n > 1)
+        span = 0  # elements one step of the next dimension must clear
+        for st, n in dims:
+            if st <= span:
+                self.fail(arg, "a cache whose blocks and slots do not share memory (each stride larger "
+                          "than the span of the smaller ones: a block stride that holds a block)",
+                          f"shape {_shape(cache)}, strides {tuple(cache.stride())}")
+            span += (n - 1) * st
 
     def multiple(self, arg: str, value: int, of: int, lo: int, hi: int) -> None:
         if value % of != 0 or value < lo or value > hi:
@@ -211,6 +239,15 @@ def check_batch(
         last_contiguous=False,
     )
     return num_seqs, max_blocks
+
+
+def check_positions(c: Checker, num_tokens: int, max_blocks: int, block_size: int, query_arg: str) -> None:
+    """At most ``MAX_POSITIONS`` query tokens and key positions (``block_table`` columns x block size)."""
+    if num_tokens > MAX_POSITIONS:
+        c.fail(query_arg, f"at most 2^28 = {MAX_POSITIONS} tokens", f"{num_tokens} tokens")
+    if max_blocks * block_size > MAX_POSITIONS:
+        c.fail("block_table", f"at most 2^28 = {MAX_POSITIONS} key positions (columns x block size)",
+               f"{max_blocks} x {block_size} = {max_blocks * block_size}")
 
 
 def debug_check_batch(

@@ -14,6 +14,8 @@ from collections.abc import Callable
 import torch
 from torch.library import triton_op
 
+from ..lowering import plain_eager  # noqa: F401  (re-exported: the ops' eager shortcut)
+
 NAMESPACE = "paged_attn"
 
 # op name -> (declaring module, arguments it mutates)
@@ -40,20 +42,6 @@ def qualname(op: str) -> str:
 
 def mutated(op: str) -> tuple[str, ...]:
     return OPS[op][1]
-
-
-def plain_eager(t: object) -> bool:
-    """True for a call on a plain tensor outside torch.compile, dispatch or function modes and
-    the profiler: nothing is watching the dispatcher, so the op's body may run directly."""
-    # is_compiling() first: under dynamo it is a constant True and nothing after it is traced
-    return (
-        not torch.compiler.is_compiling()
-        and type(t) is torch.Tensor
-        and not t.requires_grad
-        and torch._C._len_torch_dispatch_stack() == 0
-        and not torch._C._is_torch_function_mode_enabled()
-        and not torch.autograd._profiler_enabled()
-    )
 
 
 def _register_no_gradient(op: str) -> None:

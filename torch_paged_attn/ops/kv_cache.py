@@ -22,6 +22,7 @@ from ._checks import (
 )
 from ._library import declare
 
+
 def _check_slots(c: Checker, slot_mapping: Tensor, num_rows: int, num_slots: int, rows_arg: str) -> None:
     c.tensor("slot_mapping", slot_mapping, dim=1, dtypes=SLOT_DTYPES, last_contiguous=False)
     if slot_mapping.shape[0] > num_rows:
@@ -80,6 +81,7 @@ def _check_reshape_and_cache(
     if tuple(value.shape[:2]) != (num_rows, num_kv_heads):
         c.fail("value", f"shape [{num_rows}, {num_kv_heads}, *] (key's tokens and heads)", f"shape {list(value.shape)}")
     c.tensor("key_cache", key_cache, dim=4, dtypes=CACHE_DTYPES)
+    c.cache_blocks("key_cache", key_cache)
     num_blocks, block_size = key_cache.shape[:2]
     c.tensor("value_cache", value_cache, dim=4, dtypes=(key_cache.dtype,))
     c.cache_dtype("key_cache", key_cache, "key", key)
@@ -89,6 +91,8 @@ def _check_reshape_and_cache(
     want_v = (num_blocks, block_size, num_kv_heads, value.shape[2])
     if tuple(value_cache.shape) != want_v:
         c.fail("value_cache", f"shape {list(want_v)}", f"shape {list(value_cache.shape)}")
+    c.distinct_slots("key_cache", key_cache)
+    c.distinct_slots("value_cache", value_cache)
     c.scale("k_scale", k_scale, "key_cache", key_cache.dtype)
     c.scale("v_scale", v_scale, "value_cache", value_cache.dtype)
     _check_slots(c, slot_mapping, num_rows, num_blocks * block_size, "key")
@@ -184,9 +188,11 @@ def _check_concat_and_cache_mla(
         c.fail("k_pe", f"{num_rows} rows (kv_c's rows)", f"shape {list(k_pe.shape)}")
     c.tensor("kv_cache", kv_cache, dim=3, dtypes=CACHE_DTYPES)
     c.cache_dtype("kv_cache", kv_cache, "kv_c", kv_c)
+    c.cache_blocks("kv_cache", kv_cache)
     num_blocks, block_size, width = kv_cache.shape
     if width != latent + k_pe.shape[1]:
         c.fail("kv_cache", f"row width {latent + k_pe.shape[1]} (kv_c + k_pe)", str(width))
+    c.distinct_slots("kv_cache", kv_cache)
     c.scale("scale", scale, "kv_cache", kv_cache.dtype)
     _check_slots(c, slot_mapping, num_rows, num_blocks * block_size, "kv_c")
 
@@ -274,6 +280,7 @@ def _check_gather_cache(
     c.tensor("kv_cache", kv_cache, dtypes=CACHE_DTYPES)
     if kv_cache.dim() not in (3, 4):
         c.fail("kv_cache", "a 3-D [NB, BS, W] or 4-D [NB, BS, H, D] tensor", f"shape {list(kv_cache.shape)}")
+    c.cache_blocks("kv_cache", kv_cache)
     c.tensor("block_table", block_table, dim=2, dtypes=INDEX_DTYPES, last_contiguous=False)
     num_seqs = block_table.shape[0]
     c.tensor("cu_seq_lens", cu_seq_lens, shape=(num_seqs + 1,), dtypes=INDEX_DTYPES, last_contiguous=False)

@@ -15,11 +15,13 @@ from ._checks import (
     arg_types,
     check_arg_types,
     check_batch,
+    check_positions,
     debug_check_batch,
     debug_checks_enabled,
     signature,
 )
 from ._library import declare
+
 
 def _check_mla_decode(
     q_latent: Tensor,
@@ -44,12 +46,14 @@ def _check_mla_decode(
     c.multiple("q_latent latent size", latent, 8, 8, 1024)
     c.multiple("q_rope rope size", rope, 8, 8, 256)
     c.tensor("kv_cache", kv_cache, dim=3, dtypes=CACHE_DTYPES)
+    c.cache_blocks("kv_cache", kv_cache)
     num_blocks, block_size, width = kv_cache.shape
     if width != latent + rope:
         c.fail("kv_cache", f"row width {latent + rope} (latent {latent} + rope {rope})", f"{width}")
     c.cache_dtype("kv_cache", kv_cache, "q_latent", q_latent)
     c.multiple("kv_cache block_size", block_size, 8, 8, 4096)
-    check_batch(c, block_table, seq_lens, query_start_loc)
+    _, max_blocks = check_batch(c, block_table, seq_lens, query_start_loc)
+    check_positions(c, num_tokens, max_blocks, block_size, "q_latent")
     c.scale("kv_scale", kv_scale, "kv_cache", kv_cache.dtype)
     if not math.isfinite(scale):
         c.fail("scale", "a finite float", str(scale))

@@ -16,7 +16,9 @@ from ._checks import (
     Checker,
     arg_types,
     check_arg_types,
+    FAR,
     check_batch,
+    check_positions,
     debug_check_batch,
     debug_checks_enabled,
     signature,
@@ -41,6 +43,7 @@ def _check_paged_attention(
     c.tensor("query", query, dim=3, dtypes=FLOAT_DTYPES)
     num_tokens, num_heads, head_size = query.shape
     c.tensor("key_cache", key_cache, dim=4, dtypes=CACHE_DTYPES)
+    c.cache_blocks("key_cache", key_cache)
     num_blocks, block_size, num_kv_heads, key_head_size = key_cache.shape
     c.tensor("value_cache", value_cache, dim=4, dtypes=CACHE_DTYPES)
     c.same_dtype("value_cache", value_cache, "key_cache", key_cache)
@@ -62,7 +65,8 @@ def _check_paged_attention(
             f"a number of kv heads that divides the {num_heads} query heads",
             f"{num_kv_heads} kv heads",
         )
-    check_batch(c, block_table, seq_lens, query_start_loc)
+    _, max_blocks = check_batch(c, block_table, seq_lens, query_start_loc)
+    check_positions(c, num_tokens, max_blocks, block_size, "query")
     if options["alibi_slopes"] is not None:
         c.tensor("alibi_slopes", options["alibi_slopes"], shape=(num_heads,), dtypes=(torch.float32,))
     if options["sinks"] is not None:
@@ -83,6 +87,10 @@ def _check_paged_attention(
         debug_check_batch(
             c, block_table, seq_lens, query_start_loc, num_tokens, num_blocks, block_size
         )
+        hint = options["max_query_len"]
+        if hint > 0:  # a hint below the longest query would let a backend skip its rows
+            lens = query_start_loc[1:].long() - query_start_loc[:-1].long()
+            c.value(lens <= hint, "max_query_len", f"a bound of every query length (<= {hint})", lens)
     return c
 
 
@@ -115,7 +123,19 @@ def _block_row_major(cache: Tensor) -> bool:
 
 def _options(scale, causal, window_left, window_right, softcap, alibi_slopes, sinks, k_scale, v_scale,
              attention_chunk_size, max_query_len) -> dict:
-    """The keyword options of one call, by name, as the backends take them."""
+    """The keyword options of one call, by name, as the backends take them.
+
+    Integer options at or past ``FAR`` (2^29; ``2**31 - 1`` is a common "no limit") reach past
+    every position of a valid call (at most 2^28 tokens and key positions, validated), so they
+    become the value that means the same and that no backend's int32 arithmetic overflows on: a
+    window side unbounded (-1), a chunk size ``FAR`` (chunk 0 for positions >= 0, chunk -1 for
+    negative ones, as any larger size), a query-length hint none (-1). One comparison each on
+    the common path (about 0.05 us a call on a 2-core CPU, within its noise)."""
+    if window_left >= FAR or window_right >= FAR or attention_chunk_size >= FAR or max_query_len >= FAR:
+        window_left = -1 if window_left >= FAR else window_left
+        window_right = -1 if window_right >= FAR else window_right
+        attention_chunk_size = min(attention_chunk_size, FAR)
+        max_query_len = -1 if max_query_len >= FAR else max_query_len
     return {
         "scale": scale,
         "causal": causal,
@@ -288,15 +308,18 @@ _ARGS_DOC = """
             are padding: output 0, lse -inf.
         scale: score scale; ``None`` means ``1/sqrt(D)``.
         causal: mask keys after each token's position (bottom-right aligned, see below).
-        window_left, window_right: sliding window; ``-1`` is unbounded. A token at position ``p`` sees
-            keys ``p - window_left .. p + window_right``. A window of ``w`` tokens is ``(w - 1, 0)``.
+        window_left, window_right: sliding window; ``-1`` is unbounded, and so is any side past every
+            position (``2**31 - 1`` included). A token at position ``p`` sees keys
+            ``p - window_left .. p + window_right``. A window of ``w`` tokens is ``(w - 1, 0)``.
         softcap: ``> 0`` caps scores as ``softcap * tanh(s / softcap)``.
         alibi_slopes: ``[Hq]`` float32; adds ``slope[h] * (j - p)`` to the score of key ``j``.
         sinks: ``[Hq]``; a logit per head added to the softmax denominator only (not scaled).
         k_scale, v_scale: float32 tensors of one element, required for fp8 caches:
             a cache entry means ``stored * scale``.
-        attention_chunk_size: ``c > 0`` restricts a token to keys of its own chunk of ``c`` positions.
-        max_query_len: optional hint, the longest query length of the batch (1 for pure decode).
+        attention_chunk_size: ``c > 0`` restricts a token to keys of its own chunk of ``c`` positions
+            (``p // c``, floor division; any size up to ``2**63 - 1``).
+        max_query_len: optional hint, a bound of the batch's query lengths (1 for pure decode); ``<= 0``
+            means none. A smaller value is a caller error (``TORCH_PAGED_ATTN_DEBUG=1`` reports it).
 
     Positions (sequence with ``seq_len = 6``, ``q_len = 2``: context 4, queries at ``p = 4, 5``)::
 

@@ -44,8 +44,9 @@ def softmax_step(m_i, l_i, acc, s):
 @triton.jit
 def state_to_partial(m_i, l_i, acc):
     """Running state -> partial ``(out [M, Dv] = acc / l, lse [M] = m + log2 l)``; an empty
-    state (``l = 0``) gives out 0 and lse -inf."""
-    has_keys = l_i > 0.0
+    state (``l = 0``) gives out 0 and lse -inf. A NaN ``l`` (a NaN score: a NaN scale, query or
+    key) is not empty: out and lse NaN."""
+    has_keys = l_i != 0.0
     inv_l = tl.where(has_keys, 1.0 / tl.where(has_keys, l_i, 1.0), 0.0)
     lse = tl.where(has_keys, m_i + tl.log2(tl.where(has_keys, l_i, 1.0)), float("-inf"))
     return acc * inv_l[:, None], lse
@@ -56,7 +57,8 @@ def merge_partial(m_i, l_i, acc, lse_p, out_p):
     """Fold the partial ``(out_p [M, Dv], lse_p [M])`` (log2) into the merge state ``(m_i, l_i,
     acc)``: ``m`` the largest lse so far, ``l = sum 2^(lse - m)``, ``acc = sum 2^(lse - m) out``.
 
-    An empty partial (lse -inf, out 0) leaves the state unchanged.
+    An empty partial (lse -inf, out 0) leaves the state unchanged; a NaN ``lse_p`` makes ``l``
+    and ``acc`` NaN (``tl.maximum`` may drop the NaN from ``m``, ``exp2`` does not).
     """
     m_new = tl.maximum(m_i, lse_p)
     m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -70,8 +72,8 @@ def merge_partial(m_i, l_i, acc, lse_p, out_p):
 @triton.jit
 def merged_to_output(m_i, l_i, acc, out_scale):
     """Merge state -> ``(out [M, Dv] = acc / l * out_scale, lse [M] natural log)``; rows that
-    merged nothing but empty parts give 0 and -inf."""
-    has_keys = l_i > 0.0
+    merged nothing but empty parts give 0 and -inf, rows that merged a NaN lse NaN and NaN."""
+    has_keys = l_i != 0.0
     inv_l = tl.where(has_keys, out_scale / tl.where(has_keys, l_i, 1.0), 0.0)
     lse = tl.where(has_keys, (m_i + tl.log2(tl.where(has_keys, l_i, 1.0))) * LN2, float("-inf"))
     return acc * inv_l[:, None], lse

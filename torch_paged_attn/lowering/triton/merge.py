@@ -3,6 +3,7 @@ disjoint key sets through their log-sum-exps (the state merge of FlashDecoding /
 attention), per row r = (token, head)::
 
     lp, ls = prefix_lse[r], suffix_lse[r]          # +inf is read as -inf: an empty part
+    # a NaN lp or ls makes out[r] and lse[r] NaN
     m = max(lp, ls) (0 if both are -inf);  wp, ws = exp(lp - m), exp(ls - m)
     out[r] = (wp * prefix_out[r] + ws * suffix_out[r]) / (wp + ws)   # 0 when both are empty
     lse[r] = m + log(wp + ws)                                          # -inf when both are empty
@@ -82,6 +83,7 @@ def _merge_attn_states_kernel(
     # -- weights of the two parts --
     lp = tl.load(prefix_lse_ptr + token * stride_pl_token + head * stride_pl_head, mask=row_ok)
     ls = tl.load(suffix_lse_ptr + token * stride_sl_token + head * stride_sl_head, mask=row_ok)
+    nan = (lp != lp) | (ls != ls)  # a NaN lse in either part: NaN out and lse for the row
     lp = tl.where(lp == float("inf"), float("-inf"), lp.to(tl.float32))
     ls = tl.where(ls == float("inf"), float("-inf"), ls.to(tl.float32))
     m = tl.maximum(lp, ls)
@@ -102,10 +104,11 @@ def _merge_attn_states_kernel(
     p = tl.load(po, mask=use_p, other=0.0).to(tl.float32)  # [BLOCK_R, BLOCK_D]
     s = tl.load(so, mask=use_s, other=0.0).to(tl.float32)  # [BLOCK_R, BLOCK_D]
     merged = tl.where(use_p, p * cp[:, None], 0.0) + tl.where(use_s, s * cs[:, None], 0.0)
+    merged = tl.where(nan[:, None], float("nan"), merged)
     dst = (token * stride_out_token + head * stride_out_head)[:, None] + cols[None, :]
     tl.store(out_ptr + dst, merged.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok)
     if HAS_LSE:
-        lse = tl.where(denom > 0, m + tl.log(safe), float("-inf"))
+        lse = tl.where(nan, float("nan"), tl.where(denom > 0, m + tl.log(safe), float("-inf")))
         tl.store(lse_ptr + token * stride_lse_token + head * stride_lse_head, lse, mask=row_ok)
 
 
@@ -225,9 +228,11 @@ def _merge_attn_states_n_kernel(
     # -- pass 1: the largest LSE of each row over its non-empty parts --
     # part i sits at pointer + i * stride: walking pointers keep the offsets 64-bit
     m = tl.full([BLOCK_R], float("-inf"), tl.float32)
+    nan = tl.zeros([BLOCK_R], dtype=tl.int1)  # a NaN lse in any part: NaN out and lse for the row
     lse_part_ptr = lses_ptr + lse_off
     for _ in range(0, num_parts):
         lp = tl.load(lse_part_ptr, mask=row_ok, other=float("-inf"))
+        nan = nan | (lp != lp)
         lp = tl.where(lp == float("inf"), float("-inf"), lp.to(tl.float32))
         m = tl.maximum(m, lp)
         lse_part_ptr += stride_ls_part
@@ -249,11 +254,11 @@ def _merge_attn_states_n_kernel(
         out_part_ptr += stride_os_part
     # -- normalise, store --
     safe = tl.where(denom > 0, denom, 1.0)
-    merged = acc / safe[:, None]
+    merged = tl.where(nan[:, None], float("nan"), acc / safe[:, None])
     dst = (token * stride_out_token + head * stride_out_head)[:, None] + cols[None, :]
     tl.store(out_ptr + dst, merged.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok)
     if HAS_LSE:
-        lse = tl.where(denom > 0, m + tl.log(safe), float("-inf"))
+        lse = tl.where(nan, float("nan"), tl.where(denom > 0, m + tl.log(safe), float("-inf")))
         tl.store(lse_ptr + token * stride_lse_token + head * stride_lse_head, lse, mask=row_ok)
 
 
