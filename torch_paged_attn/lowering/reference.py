@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
-# Same-size integer dtypes: cache writes move raw bits, so NaN payloads and fp8 bytes survive.
+# Same-size integer dtypes: fp8 cache writes move raw bytes (index_put has no fp8 CPU kernel).
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
