@@ -19,6 +19,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import set_cpu_threads  # noqa: E402
+
 import torch_paged_attn as pa  # noqa: E402
 from torch_paged_attn import distributed as dcp_lib  # noqa: E402
 
@@ -27,6 +30,7 @@ WORLD, BS = 2, 16  # ranks; block size of each rank's cache (the scheduler's blo
 
 def run(rank: int, port: int, device_type: str) -> None:
     device = torch.device(device_type, rank) if device_type == "cuda" else torch.device("cpu")
+    set_cpu_threads(device, processes=WORLD)
     dist.init_process_group("nccl" if device_type == "cuda" else "gloo",
                             init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
     dcp = dcp_lib.DCPGroup.from_group(interleave=1)  # token j lives on rank j % 2

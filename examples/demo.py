@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 
 import torch
 import torch.nn.functional as F
 
-import torch_paged_attn as pa
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import positive_int, set_cpu_threads  # noqa: E402
+
+import torch_paged_attn as pa  # noqa: E402
 
 
 def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -33,10 +37,11 @@ def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--steps", type=positive_int, default=8)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
     device = torch.device(args.device)
+    set_cpu_threads(device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     prompt_lens = [37, 5, 120, 64]
     num_heads, num_kv_heads, head_size, block_size = 8, 2, 64, 16

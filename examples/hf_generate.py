@@ -15,6 +15,7 @@ differ after a near-tie), else on the CPU (float32, reference backend).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -22,10 +23,14 @@ import torch
 
 try:
     import transformers
+    from transformers.generation.streamers import BaseStreamer
 except ImportError:
     sys.exit("this example needs transformers: pip install transformers")
 
-from torch_paged_attn.integrations.transformers import PagedCache
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import end_progress, positive_int, progress, set_cpu_threads  # noqa: E402
+
+from torch_paged_attn.integrations.transformers import PagedCache  # noqa: E402
 
 SMALL = dict(
     vocab_size=128,
@@ -50,14 +55,38 @@ CONFIGS = {
 }
 
 
+class Progress(BaseStreamer):
+    """``generate``'s streamer: a progress line on stderr per generated token (the first forward
+    of a compiled model compiles the prefill graph, the second the decode graph: minutes on a
+    CPU, so the line says what is happening)."""
+
+    def __init__(self, label: str, new_tokens: int, compiling: bool):
+        self.label, self.new_tokens, self.compiling = label, new_tokens, compiling
+        self.done = -1  # the first put() is the prompt
+
+    def put(self, value) -> None:
+        self.done += 1
+        if self.done == 0:
+            what = "compiling the prefill graph (first call; up to a few minutes on a CPU)" if self.compiling else "prefill"
+        elif self.done == 1 and self.compiling:
+            what = "compiling the decode graph"
+        else:
+            what = f"token {self.done}/{self.new_tokens}"
+        progress(f"{self.label}: {what}")
+
+    def end(self) -> None:
+        end_progress()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=sorted(CONFIGS), default="llama")
-    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--new-tokens", type=positive_int, default=32)
     parser.add_argument("--compile", action="store_true", help="torch.compile the model's forward")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
     device = torch.device(args.device)
+    set_cpu_threads(device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
 
     config_name, options = CONFIGS[args.model]
@@ -81,7 +110,7 @@ def main() -> int:
 
     with torch.no_grad():
         start = time.perf_counter()
-        eager = model.generate(input_ids, **generate)
+        eager = model.generate(input_ids, **generate, streamer=Progress("eager", args.new_tokens, False))
         print(f"eager      {time.perf_counter() - start:6.2f} s")
 
         model.set_attn_implementation("paged_attn")
@@ -89,7 +118,8 @@ def main() -> int:
             model.forward = torch.compile(model.forward, fullgraph=True)
         cache = PagedCache(model.config, max_cache_len=width + args.new_tokens, block_size=16)
         start = time.perf_counter()
-        paged = model.generate(input_ids, past_key_values=cache, **generate)
+        paged = model.generate(input_ids, past_key_values=cache, **generate,
+                               streamer=Progress("paged_attn", args.new_tokens, args.compile))
         print(f"paged_attn {time.perf_counter() - start:6.2f} s")
 
     layer = cache.layers[0]

@@ -450,3 +450,28 @@ def forward(self, query, prefix_kc, prefix_vc, prefix_bt, prefix_lens, suffix_kc
     paged_attention_out_1 = torch.ops.paged_attn.paged_attention_out.default(query, suffix_kc, suffix_vc, suffix_bt, suffix_lens, query_start_loc, new_empty_1, new_empty_3, 0.125);  query = suffix_kc = suffix_vc = suffix_bt = suffix_lens = query_start_loc = paged_attention_out_1 = None
     merge_attn_states_out = torch.ops.paged_attn.merge_attn_states_out.default(new_empty, new_empty_2, new_empty_1, new_empty_3, out, lse);  new_empty = new_empty_2 = new_empty_1 = new_empty_3 = out = lse = merge_attn_states_out = None
     return (None,)""")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_inductor_cache_writes_in_16_bit_dtypes_are_eagers_bits(dtype):
+    """Inductor (CPU) writing a bf16/fp16 cache through the reference: the values eager writes, bit
+    for bit. A scatter through an int16 view of the cache was compiled as a conversion of the
+    integers (pytorch/pytorch#151156) and wrote garbage (-0.789 became -16512)."""
+    g = torch.Generator().manual_seed(11)
+    key, value = torch.randn(5, 2, 32, generator=g).to(dtype), torch.randn(5, 2, 32, generator=g).to(dtype)
+    kv_c, k_pe = torch.randn(5, 32, generator=g).to(dtype), torch.randn(5, 16, generator=g).to(dtype)
+    slots = torch.tensor([17, 3, -1, 40])
+    caches = [torch.full((3, 16, 2, 32), NAN, dtype=dtype), torch.full((3, 16, 2, 32), NAN, dtype=dtype),
+              torch.full((3, 16, 48), NAN, dtype=dtype)]
+
+    def write(key, value, kv_c, k_pe, kc, vc, mla, slots):
+        pa.reshape_and_cache(key, value, kc, vc, slots)
+        pa.concat_and_cache_mla(kv_c, k_pe, mla, slots)
+
+    eager = [c.clone() for c in caches]
+    compiled = [c.clone() for c in caches]
+    write(key, value, kv_c, k_pe, *eager, slots)
+    torch._dynamo.reset()
+    torch.compile(write, fullgraph=True)(key, value, kv_c, k_pe, *compiled, slots)
+    for e, c in zip(eager, compiled):
+        assert torch.equal(e.view(torch.int16), c.view(torch.int16))

@@ -25,7 +25,10 @@ On CUDA the order is the backend setting's (``_config.get_backend()``): "triton"
 then the reference; "auto" and "flash" try ``flash`` (FlashAttention, which applies the auto
 rule itself through its ``supports``) first, and "flash" raises a RuntimeError when no
 FlashAttention package imports; "reference" runs the reference. A backend that declines a call
-is logged once per reason at debug level on this module's logger.
+is logged once per reason at debug level on this module's logger. Off CUDA the reference runs,
+except that "triton" runs the Triton kernels on CPU tensors under Triton's interpreter
+(``TRITON_INTERPRET=1``) for calls that are not traced; an explicit "triton" or "flash" that
+falls back to the reference there is logged once per reason at warning level.
 
 ``lse`` may be None (not asked for). ``facts`` holds static facts only (device type, dtypes,
 shapes, option values), never tensor values, so selection costs no host synchronisation and
@@ -35,8 +38,9 @@ is stable under torch.compile.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 import logging
+import os
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -88,6 +92,8 @@ def select(op: str, facts: dict[str, Any]) -> ModuleType:
     distinct call signature is decided once and remembered.
     """
     facts = {**facts, "backend": _config.get_backend(), "batch_invariant": _config.is_batch_invariant()}
+    if facts["backend"] == "triton" and facts.get("device") == "cpu":
+        facts["interpreter"] = _interpreter_state()
     key = (op, *facts.items())
     try:
         choice = _CHOICES.get(key)
@@ -151,10 +157,39 @@ def _unprepared(function: Callable) -> Callable:
     return run
 
 
+def _interpreter_state() -> str:
+    """For a CPU call under the "triton" setting: ``"run"`` when Triton's interpreter runs the
+    kernels (``TRITON_INTERPRET=1``, which Triton reads when it defines a kernel, so it must be set
+    before the process's first call; and the call is not traced: the interpreter needs real
+    tensors), ``"traced"`` when it is on but the call is traced (torch.compile, export, fake or
+    functional tensors: the reference is traced), ``"off"`` otherwise."""
+    if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+        return "off"
+    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() != 0:
+        return "traced"
+    return "run"
+
+
+_FALLBACK_REASONS = {
+    "off": "Triton runs CPU tensors only under its interpreter: set TRITON_INTERPRET=1 before the process starts",
+    "traced": "Triton's interpreter cannot run a traced call (torch.compile, torch.export, fake tensors)",
+}
+
+
 def _chain(op: str, facts: dict[str, Any]) -> tuple[str, ...]:
     """Backends to try, in order of preference: the first whose supports() returns None runs."""
     backend = facts["backend"]
-    if backend == "reference" or facts.get("device") != "cuda":
+    if backend == "reference":
+        return (_REFERENCE,)
+    if facts.get("device") != "cuda":
+        # Off CUDA the reference runs, except that "triton" runs the kernels on CPU tensors under
+        # Triton's interpreter (to step through a kernel without a GPU). A backend setting that
+        # cannot be honoured says so once, at warning level.
+        interpreter = facts.get("interpreter")
+        if interpreter == "run":
+            return (_TRITON, _REFERENCE)
+        if backend != "auto":
+            _warn_once(backend, facts.get("device"), _FALLBACK_REASONS.get(interpreter, "it runs CUDA tensors only"))
         return (_REFERENCE,)
     if op not in _FLASH_OPS or backend == "triton":
         return (_TRITON, _REFERENCE)
@@ -181,6 +216,15 @@ def _choose(op: str, facts: dict[str, Any]) -> ModuleType:
             return backend.module_for(op) if hasattr(backend, "module_for") else backend
         _log_once(name, op, reason)
     return importlib.import_module(_REFERENCE)
+
+
+def _warn_once(backend: str, device: object, reason: str) -> None:
+    """One warning per backend setting, device type and reason for which the reference runs."""
+    key = ("warning", backend, device, reason)
+    if key not in _LOGGED:
+        _LOGGED.add(key)
+        _log.warning("torch_paged_attn: backend %r was requested for %s tensors, but %s; the reference "
+                     "backend runs these calls", backend, device, reason)
 
 
 def _log_once(name: str, op: str, reason: str) -> None:

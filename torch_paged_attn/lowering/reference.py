@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
-# Same-size integer dtypes: cache writes move raw bits, so NaN payloads and fp8 bytes survive.
+# Same-size integer dtypes: fp8 cache writes move raw bytes (index_put has no fp8 CPU kernel).
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
@@ -79,7 +79,10 @@ def _scatter_rows(cache: Tensor, rows: Tensor, slot_mapping: Tensor) -> None:
     if num_tokens == 0:
         return
     num_blocks, block_size = cache.shape[0], cache.shape[1]
-    bits = _BITS[cache.element_size()]
+    # fp8 has no CPU index_put: its bytes are scattered. Other dtypes scatter as themselves:
+    # Inductor (CPU, torch 2.13) converts instead of reinterpreting a store through an int16 view
+    # of a bf16/fp16 input (pytorch/pytorch#151156), which wrote garbage into compiled caches.
+    bits = _BITS[cache.element_size()] if cache.dtype in _FP8 else cache.dtype
     dst = cache.view(bits)
     src = rows.view(bits)
     slots = slot_mapping.long()

@@ -131,6 +131,8 @@ def reshape_and_cache(
         slot_mapping: ``[T']`` int64 (or int32), ``T' <= T``; a negative slot skips the token.
         k_scale, v_scale: float32, one element, required for fp8 caches.
 
+    See DESIGN.md for the contract (fp8 rounding, padding slots, strided caches, errors).
+
     Example::
 
         >>> import torch, torch_paged_attn as pa
@@ -220,6 +222,8 @@ def concat_and_cache_mla(
         kv_cache: ``[NB, BS, L + R]``, kv_c's dtype or fp8 (stored ``saturate(x / scale)``).
         slot_mapping: ``[T']`` int64 (or int32), ``T' <= T``; negative slots are skipped.
         scale: float32, one element, required for an fp8 cache.
+
+    See DESIGN.md for the contract (fp8 rounding, padding slots, strided caches, errors).
 
     Example::
 
@@ -347,6 +351,8 @@ def gather_cache(
         seq_starts: ``[B]`` int32, first token gathered of each sequence (None: 0).
         out: ``[N, W]`` or ``[N, H, D]``, bf16/fp16/fp32, ``N >= cu_seq_lens[-1]``.
         scale: float32, one element, required for an fp8 cache.
+
+    See DESIGN.md for the contract (fp8, padding, errors).
 
     Example::
 

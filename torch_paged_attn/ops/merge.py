@@ -102,6 +102,8 @@ def merge_attn_states(
     Returns:
         ``(out [T, H, D]`` in the inputs' dtype, ``lse [T, H]`` float32``)``.
 
+    See DESIGN.md for the contract (empty parts, NaN LSEs, errors).
+
     Example::
 
         >>> import torch, torch_paged_attn as pa
@@ -211,6 +213,8 @@ def merge_attn_states_n(outs: Tensor, lses: Tensor) -> tuple[Tensor, Tensor]:
 
     Returns:
         ``(out [T, H, D]`` in ``outs``' dtype, ``lse [T, H]`` float32, natural log``)``.
+
+    See DESIGN.md for the contract (empty parts, NaN LSEs, errors).
 
     Example::
 

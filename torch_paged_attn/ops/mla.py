@@ -147,6 +147,8 @@ def mla_decode(
     Returns:
         ``(out [T, H, L]`` in the query's dtype, ``lse [T, H]`` float32, natural log``)``.
 
+    See DESIGN.md for the contract (positions, padding rows, fp8, NaN, errors, backends).
+
     Example::
 
         >>> import torch, torch_paged_attn as pa

@@ -364,6 +364,8 @@ def paged_attention(
         when ``return_lse`` (else a ``[0]`` tensor). A row with no visible key gets 0 and ``-inf``
         (or the sink's logit).
 
+    See DESIGN.md for the contract (positions and masks, padding rows, fp8, NaN, errors, backends).
+
     Example::
 
         >>> import torch, torch_paged_attn as pa
