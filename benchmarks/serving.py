@@ -353,7 +353,7 @@ def main(argv=None) -> int:
     args.stamp = _dt.datetime.now().strftime("%Y-%m-%d-%H%M%S")
     device = torch.device(args.device)
     if device.type == "cuda":
-        torch.cuda.set_device(device)
+        torch.cuda.set_device(device if device.index is not None else torch.cuda.current_device())
     import transformers
 
     info = device_info(device)

@@ -29,6 +29,10 @@ import triton.language as tl
 from torch import Tensor
 
 from . import paged_attention as pa
+# the @triton.jit helpers by name, not through ``pa``: Inductor copies a kernel's source with the
+# globals it names, and a module attribute (``pa._dot``) is not one of them
+from .paged_attention import _NO_LIMIT, _abs_max, _dot, _floor_div, _fp8_to_fp16, _fp16_exponent, _load_block_ids
+from .paged_attention import _load_rows as _shared_load_rows
 from ._launch import cdiv, next_power_of_2
 from ._softmax import LOG2E, merged_to_output
 
@@ -92,22 +96,11 @@ def config(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_table: T
 
 def declines(tile: tuple, head_size: int, head_size_v: int, block_size: int, group: int,
              max_query_len: int) -> str | None:
-    """Why this kernel does not take a call of these sizes with ``tile`` (None: it does).
-
-    Head sizes that are not powers of two, block sizes that are not multiples of 16 and packed
-    GQA groups that are not powers of two run the shared kernel: on an H100 (2026-11-23, Triton
-    3.6) the case D 40 / Dv 24 / block 24 / 3 query heads per kv head gave wrong outputs (max
-    error 1.2 against the float64 loop, every tile tried, a single masked key tile) where the
-    interpreter agrees with the loop; the cause is not isolated yet, so the kernel keeps to the
-    sizes real models use and its GPU tests cover."""
-    if head_size != pa._pad(head_size) or head_size_v != pa._pad(head_size_v):
-        return "head size not a power of two"
-    if block_size % 16:
-        return "block size not a multiple of 16"
-    if tile[4] and group & (group - 1):
-        return "packed GQA group not a power of two"
+    """Why this kernel does not take a call of these sizes with ``tile`` (None: it does): a
+    ``max_query_len`` hint (speculative decoding) that leaves fewer rows a program than wgmma's
+    64. Every head size up to 128, block size and GQA group runs here."""
     if _rows(tile, group, max_query_len)[0] < min(tile[0], 64):
-        return "short queries: rows below wgmma's 64"  # speculative decoding
+        return "short queries: rows below wgmma's 64"
     return None
 
 
@@ -131,7 +124,7 @@ def _load_rows(base_ptr, rows, offs, row_ok, SIZE: tl.constexpr, PAD: tl.constex
     """``paged_attention._load_rows``; unmasked rows (``MASKED`` False) load with no predicate
     where the head size needs no padding."""
     if MASKED or SIZE != PAD:
-        return pa._load_rows(base_ptr, rows, offs, row_ok, SIZE, PAD)
+        return _shared_load_rows(base_ptr, rows, offs, row_ok, SIZE, PAD)
     return tl.load(base_ptr + rows[:, None] + offs[None, :])
 
 
@@ -176,7 +169,7 @@ def _tile(q, m_i, l_i, acc, start, block, num_blocks, kv_head,
     k = _load_rows(key_cache_ptr, k_rows, offs_d, key_ok, HEAD_SIZE, D_PAD, MASKED)
     if IS_FP8:  # exact: fp8 values are fp16 values; the scale is in qk_scale
         k = k.to(tl.float16)
-    s = pa._dot(q, tl.trans(k.to(q.dtype)), None, DOT_PRECISION, DOT_UPCAST)
+    s = _dot(q, tl.trans(k.to(q.dtype)), None, DOT_PRECISION, DOT_UPCAST)
     if USE_SOFTCAP or USE_ALIBI:  # scale first, then the transforms; qk_scale is 1 after them
         s = s * qk_scale
         if USE_SOFTCAP:  # softcap * tanh(s / softcap), overflow-free as in paged_attention
@@ -189,7 +182,7 @@ def _tile(q, m_i, l_i, acc, start, block, num_blocks, kv_head,
         s = s * LOG2E
     # -- masks: key validity always, positions on edge tiles only --
     if MASKED:
-        visible = key_ok[None, :] & (offs_n[None, :] < pos[:, None] + pa._NO_LIMIT)
+        visible = key_ok[None, :] & (offs_n[None, :] < pos[:, None] + _NO_LIMIT)
         if CAUSAL:
             visible = visible & (offs_n[None, :] <= pos[:, None])
         if USE_WINDOW:
@@ -232,8 +225,8 @@ def _tile(q, m_i, l_i, acc, start, block, num_blocks, kv_head,
     v_rows = block * stride_vc_block + slot * stride_vc_slot + kv_head * stride_vc_head
     v = _load_rows(value_cache_ptr, v_rows, offs_dv, key_ok, HEAD_SIZE_V, DV_PAD, MASKED)
     if IS_FP8:
-        v = pa._fp8_to_fp16(v, unit)
-    acc = pa._dot(p.to(q.dtype), v.to(q.dtype), acc, DOT_PRECISION, DOT_UPCAST)
+        v = _fp8_to_fp16(v, unit)
+    acc = _dot(p.to(q.dtype), v.to(q.dtype), acc, DOT_PRECISION, DOT_UPCAST)
     return m_i, l_i, acc
 
 
@@ -307,7 +300,7 @@ def _prefill_kernel(
     offs_dv = tl.arange(0, DV_PAD)
 
     # -- load Q once: [BLOCK_M, D_PAD] --
-    q = pa._load_rows(query_ptr, tok.to(tl.int64) * stride_q_tok + head * stride_q_head, offs_d, row_ok,
+    q = _shared_load_rows(query_ptr, tok.to(tl.int64) * stride_q_tok + head * stride_q_head, offs_d, row_ok,
                       HEAD_SIZE, D_PAD)
     qk_scale = scale
     v_scale = 1.0
@@ -315,7 +308,7 @@ def _prefill_kernel(
         qk_scale = qk_scale * tl.load(k_scale_ptr)
         v_scale = tl.load(v_scale_ptr)
         if q.dtype == tl.bfloat16:
-            q_unit = pa._fp16_exponent(pa._abs_max(q))
+            q_unit = _fp16_exponent(_abs_max(q))
             q = (q.to(tl.float32) / q_unit).to(tl.float16)
             qk_scale = qk_scale * q_unit
     if not (USE_SOFTCAP or USE_ALIBI):
@@ -341,12 +334,12 @@ def _prefill_kernel(
         full_lo = tl.maximum(full_lo, p_last - window_left)
         full_hi = tl.minimum(full_hi, p_first + window_right + 1)
     if USE_CHUNK:
-        chunk_first = pa._floor_div(p_first, chunk_size) * chunk_size
+        chunk_first = _floor_div(p_first, chunk_size) * chunk_size
         kv_lo = tl.maximum(kv_lo, chunk_first)
-        kv_hi = tl.minimum(kv_hi, (pa._floor_div(p_last, chunk_size) + 1) * chunk_size)
-        full_lo = tl.maximum(full_lo, pa._floor_div(p_last, chunk_size) * chunk_size)
+        kv_hi = tl.minimum(kv_hi, (_floor_div(p_last, chunk_size) + 1) * chunk_size)
+        full_lo = tl.maximum(full_lo, _floor_div(p_last, chunk_size) * chunk_size)
         full_hi = tl.minimum(full_hi, chunk_first + chunk_size)
-        chunk_row = pa._floor_div(pos, chunk_size) * chunk_size  # [BLOCK_M] first key of each row's chunk
+        chunk_row = _floor_div(pos, chunk_size) * chunk_size  # [BLOCK_M] first key of each row's chunk
     # three phases of whole tiles: [lo, mid_lo) masked, [mid_lo, mid_hi) unmasked, [mid_hi, kv_hi) masked
     lo = kv_lo // TILE_N * TILE_N
     hi_tiles = tl.maximum(_cdiv_tiles(kv_hi, TILE_N) * TILE_N, lo)
@@ -371,9 +364,9 @@ def _prefill_kernel(
     # Block ids are fetched one tile ahead, as in paged_attention: the K/V addresses depend on
     # them, and Triton pipelines a load in the same iteration as cp.async with a full wait (num 0)
     # at the top of every iteration, which leaves no load in flight across the dots.
-    block = pa._load_block_ids(seq_row_ptr, stride_bt_block, lo, seq_len, max_blocks, BLOCK_SIZE, TILE_N)
+    block = _load_block_ids(seq_row_ptr, stride_bt_block, lo, seq_len, max_blocks, BLOCK_SIZE, TILE_N)
     for start in range(lo, mid_lo, TILE_N):
-        next_block = pa._load_block_ids(seq_row_ptr, stride_bt_block, start + TILE_N, seq_len, max_blocks,
+        next_block = _load_block_ids(seq_row_ptr, stride_bt_block, start + TILE_N, seq_len, max_blocks,
                                         BLOCK_SIZE, TILE_N)
         m_i, l_i, acc = _tile(
             q, m_i, l_i, acc, start, block, num_blocks, kv_head,
@@ -383,9 +376,9 @@ def _prefill_kernel(
             BLOCK_SIZE, TILE_N, True, CAUSAL, USE_WINDOW, USE_CHUNK, USE_SOFTCAP, USE_ALIBI, IS_FP8,
             DOT_PRECISION, DOT_UPCAST, LAZY_RESCALE)
         block = next_block
-    block = pa._load_block_ids(seq_row_ptr, stride_bt_block, mid_lo, seq_len, max_blocks, BLOCK_SIZE, TILE_N)
+    block = _load_block_ids(seq_row_ptr, stride_bt_block, mid_lo, seq_len, max_blocks, BLOCK_SIZE, TILE_N)
     for start in range(mid_lo, mid_hi, TILE_N):
-        next_block = pa._load_block_ids(seq_row_ptr, stride_bt_block, start + TILE_N, seq_len, max_blocks,
+        next_block = _load_block_ids(seq_row_ptr, stride_bt_block, start + TILE_N, seq_len, max_blocks,
                                         BLOCK_SIZE, TILE_N)
         m_i, l_i, acc = _tile(
             q, m_i, l_i, acc, start, block, num_blocks, kv_head,
@@ -395,9 +388,9 @@ def _prefill_kernel(
             BLOCK_SIZE, TILE_N, False, CAUSAL, USE_WINDOW, USE_CHUNK, USE_SOFTCAP, USE_ALIBI, IS_FP8,
             DOT_PRECISION, DOT_UPCAST, LAZY_RESCALE)
         block = next_block
-    block = pa._load_block_ids(seq_row_ptr, stride_bt_block, mid_hi, seq_len, max_blocks, BLOCK_SIZE, TILE_N)
+    block = _load_block_ids(seq_row_ptr, stride_bt_block, mid_hi, seq_len, max_blocks, BLOCK_SIZE, TILE_N)
     for start in range(mid_hi, kv_hi, TILE_N):
-        next_block = pa._load_block_ids(seq_row_ptr, stride_bt_block, start + TILE_N, seq_len, max_blocks,
+        next_block = _load_block_ids(seq_row_ptr, stride_bt_block, start + TILE_N, seq_len, max_blocks,
                                         BLOCK_SIZE, TILE_N)
         m_i, l_i, acc = _tile(
             q, m_i, l_i, acc, start, block, num_blocks, kv_head,
