@@ -9,7 +9,8 @@ runs in its own process, forked from a parent that has imported third-party modu
 ``fullgraph=True``, calls it, and only then runs it eagerly on copies of the same inputs: the
 compiled call must give eager's outputs and mutations. Forking saves the imports of torch,
 Dynamo, AOTAutograd and transformers, about 6 s a case (2-core CPU, 2026-11); where ``os.fork`` is
-missing each case starts its own interpreter.
+missing, or on a machine with a GPU (the parent's imports initialise CUDA, which a forked child
+cannot use), each case starts its own interpreter.
 
 Entry points: every op and its ``_out`` form, the transformers integration (also with
 ``TORCH_PAGED_ATTN_DEBUG=1`` set before the first read), ``MLAAttention``'s decode and prefill
@@ -210,7 +211,9 @@ cases, prelude, out = json.loads(sys.stdin.read()), sys.argv[2], sys.argv[1]
 results = {}
 for name, body in cases.items():
     source = prelude + body
-    if not hasattr(os, "fork"):
+    # a forked child cannot use CUDA once the parent's imports initialised it (they do on a GPU
+    # machine): there each case gets a fresh interpreter
+    if not hasattr(os, "fork") or torch.cuda.is_available():
         proc = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True)
         results[name] = "" if proc.returncode == 0 else proc.stdout + proc.stderr
         continue

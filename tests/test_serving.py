@@ -356,7 +356,8 @@ def test_bad_engine_arguments(llama):
 
 
 def test_example_runs():
-    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "serve_batch.py")], capture_output=True,
+    # float32 on the CPU: the exact token check (bf16 on a GPU may flip near-ties)
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "serve_batch.py"), "--device", "cpu"], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "equal to transformers' generate: True" in proc.stdout

@@ -67,10 +67,11 @@ class EnvVar(Generic[T]):
         self.parse = parse
         self.raw: object = _UNREAD
         self.parsed: T | None = None
+        self.traced_read = _constant_read(self.read)
 
     def get(self) -> T:
         if _dynamo_tracing():
-            return _traced_read(self)
+            return self.traced_read()
         return self.read()
 
     def read(self) -> T:
@@ -88,10 +89,16 @@ class EnvVar(Generic[T]):
 _dynamo_tracing = torch.compiler.is_dynamo_compiling
 
 
-@torch.compiler.assume_constant_result
-def _traced_read(switch: "EnvVar | _Setting") -> object:
-    """``switch.read()``, which Dynamo runs at trace time and records as a constant."""
-    return switch.read()
+def _constant_read(read: Callable[[], T]) -> Callable[[], T]:
+    """``read`` as a function of no arguments that Dynamo runs at trace time and records as a
+    constant (``assume_constant_result``). No arguments: torch 2.11's Dynamo passes a marked
+    function's arguments as Python constants, which a switch object is not (torch 2.11 on an
+    H100, 2026-11-23: "UserDefinedObjectVariable(EnvVar) is not a constant")."""
+
+    def read_switch() -> T:
+        return read()
+
+    return torch.compiler.assume_constant_result(read_switch)
 
 
 class _Setting(Generic[T]):
@@ -101,10 +108,11 @@ class _Setting(Generic[T]):
     def __init__(self, env: str, parse: Callable[[str], T]):
         self.env = EnvVar(env, parse)
         self.value: T | None = None
+        self.traced_read = _constant_read(self.read)
 
     def get(self) -> T:
         if _dynamo_tracing():
-            return _traced_read(self)
+            return self.traced_read()
         return self.read()
 
     def read(self) -> T:
