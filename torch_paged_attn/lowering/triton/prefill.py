@@ -41,12 +41,15 @@ from ._softmax import LOG2E, merged_to_output
 # the query heads of one kv head, else tokens of one head; LAZY_RESCALE: FlashAttention-4's
 # conditional rescaling of the accumulator). Head sizes above 128 and other architectures run
 # ``paged_attention._attention_kernel``.
-# Not yet timed on a GPU; the shared kernel's tile (128, 64, 8 warps, 3 stages, packed) measured
-# 246 / 292 TFLOP/s on prefill 4 x 2048 / chunked 4 x 512 over 4096 keys (its table's note).
-# sm_90, Triton 3.6, D 128 (``benchmarks/sass_report.py``, results/sass-sm90-triton3.6-2026-11-23-
+# H100, 2026-11-23, bf16, Hq 32 / Hkv 8, D 128, block 16 (tune.py attn_prefill / attn_chunked,
+# results/tune-NVIDIA-H100-80GB-HBM3-2026-11-23-e-prefill.txt), prefill 4 x 2048 causal / chunked
+# 4 x 512 on 4096 keys, us: (128, 64, 8, 3, packed, eager) 455 / 394 = 302 TFLOP/s on prefill;
+# 4 stages 451 / 375; 2 stages 459 / 464; one-head rows 469 / 392; lazy rescaling 500 / 442;
+# (64, 64, 4, 2) 503 / 497; TILE_N 32 591 / 555. The shared kernel's best tile: 561 / 517.
+# The 3-stage tile stays until the 4-stage one has been through the GPU tests (it was only timed).
+# sm_90, Triton 3.6 (``benchmarks/sass_report.py``, results/sass-sm90-triton3.6-2026-11-23-
 # prefill*.txt): this tile 232 registers, no stack, 452 SASS instructions a 64-key inner tile
-# against 828 in the shared kernel; TILE_N 128 spills. tune.py's attn_prefill / attn_chunked
-# sweeps time the candidates (D <= 64 takes the D 128 tile: smaller, not compiled separately).
+# against 828 in the shared kernel; TILE_N 128 spills (D <= 64 takes the D 128 tile).
 _CONFIGS = {
     9: {
         16: (128, 64, 8, 3, True, False),
