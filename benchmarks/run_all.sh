@@ -21,7 +21,7 @@
 #                decode_step.py --layers 2 16 --batch 1 8 [~8 min]
 #   sweeps-a sweeps-b   tune.py tile sweeps: MLA MTP (both score orientations), fp8 decode (attention,
 #                MLA); prefill, chunked prefill,
-#                MLA H128 (not in the default list: run them after a kernel change)
+#                MLA H128 and B1 x 32768 H128 (not in the default list: run them after a kernel change)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-benchmarks/results}"; shift || true
@@ -81,7 +81,7 @@ for part in "${parts[@]}"; do
           | tee "$out/decode_step.txt" ;;
     sweeps-a | sweeps-b)
         sweeps=mla_mtp,attn_fp8,mla_fp8
-        [ "$part" = sweeps-b ] && sweeps=attn_prefill,attn_chunked,mla_h128
+        [ "$part" = sweeps-b ] && sweeps=attn_prefill,attn_chunked,mla_h128,mla_b1_h128
         echo "== benchmarks/tune.py --sweeps $sweeps =="
         python3 benchmarks/tune.py --sweeps "$sweeps" --out "$out" 2>"$out/$part-progress.log" | tee "$out/$part.txt" ;;
     *) echo "unknown part $part (tests-a tests-b fuzz-a fuzz-b fuzz-c memcheck attention other sweeps-a sweeps-b)"; exit 2 ;;
