@@ -691,22 +691,27 @@ def test_bad_block_ids_cuda() -> None:
     check_bad_block_ids("cuda")
 
 
-@gpu_tier
-def test_cuda_graph_replay_and_no_host_sync() -> None:
-    """Capture once (under sync-debug "error"), rewrite seq_lens, block_table and query_start_loc
-    in place, replay: every replay equals the reference of the new contents."""
+def check_graph_replay(rows: int, static_lens: tuple, replays: tuple, after_warmup=None) -> tuple:
+    """Capture one call on a batch of ``rows`` token rows and 400 blocks (lengths ``static_lens``)
+    under sync-debug "error" (an eager call too), rewrite seq_lens, block_table and query_start_loc
+    in place with each of ``replays`` (``(q_lens, kv_lens)``), replay: every replay equals the
+    reference of the new contents. ``after_warmup()`` runs after the first (compiling) call.
+    Returns the static batch and the options."""
     kw = dict(num_heads=8, num_kv_heads=2, head_size=128, dtype=BF16, device="cuda", max_blocks=80)
 
-    def batch(seed, q_lens, kv_lens):  # the same shapes whatever the lengths: 6 rows, 400 blocks
+    def batch(seed, q_lens, kv_lens):  # the same shapes whatever the lengths
         used = sum(-(-n // 16) for n in kv_lens)
-        return make_paged_batch(q_lens, kv_lens, seed=seed, pad_tokens=6 - sum(q_lens), extra_blocks=400 - used, **kw)
+        return make_paged_batch(q_lens, kv_lens, seed=seed, pad_tokens=rows - sum(q_lens), extra_blocks=400 - used,
+                                **kw)
 
-    static = batch(0, [1, 1, 3, 1], [900, 1, 40, 1200])
+    static = batch(0, *static_lens)
     options = dict(scale=0.09, causal=True, window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=None,
                    sinks=None, k_scale=None, v_scale=None, attention_chunk_size=0)
-    out = torch.full((6, 8, 128), float("nan"), dtype=BF16, device="cuda")
-    lse = torch.full((6, 8), float("nan"), device="cuda")
+    out = torch.full((rows, 8, 128), float("nan"), dtype=BF16, device="cuda")
+    lse = torch.full((rows, 8), float("nan"), device="cuda")
     tpa.paged_attention(*static.args(), out, lse, **options)  # compile outside the capture
+    if after_warmup is not None:
+        after_warmup()
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
@@ -716,7 +721,7 @@ def test_cuda_graph_replay_and_no_host_sync() -> None:
             tpa.paged_attention(*static.args(), out, lse, **options)
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    for seed, q_lens, kv_lens in ((1, [2, 1, 1, 1], [30, 1270, 0, 5]), (2, [1, 1, 1, 1], [1, 2, 3, 1100])):
+    for seed, (q_lens, kv_lens) in enumerate(replays, start=1):
         new = batch(seed, q_lens, kv_lens)
         for dst, src in zip(static.args(), new.args()):
             dst.copy_(src)
@@ -724,6 +729,15 @@ def test_cuda_graph_replay_and_no_host_sync() -> None:
         lse.fill_(float("nan"))
         graph.replay()
         check_against_reference(static, options, out, lse, BF16)
+    return static, options
+
+
+@gpu_tier
+def test_cuda_graph_replay_and_no_host_sync() -> None:
+    """Capture once (under sync-debug "error"), rewrite seq_lens, block_table and query_start_loc
+    in place, replay: every replay equals the reference of the new contents."""
+    check_graph_replay(6, ([1, 1, 3, 1], [900, 1, 40, 1200]),
+                       (([2, 1, 1, 1], [30, 1270, 0, 5]), ([1, 1, 1, 1], [1, 2, 3, 1100])))
 
 
 def _kernels_launched(fn) -> list[str]:

@@ -23,7 +23,8 @@ pytest.importorskip("triton")
 
 import _loop as loop  # noqa: E402
 from test_triton_paged_attention import (  # noqa: E402
-    BF16, FP16, FP32, Case, _fuzz_case, _fuzz_family, check_against_reference, make_inputs, run_triton,
+    BF16, FP16, FP32, Case, _fuzz_case, _fuzz_family, check_against_reference, check_graph_replay, make_inputs,
+    run_triton,
 )
 
 import torch_paged_attn  # noqa: E402  (registers the ops)
@@ -31,7 +32,7 @@ from torch_paged_attn import _config, lowering  # noqa: E402
 from torch_paged_attn.lowering import reference  # noqa: E402
 from torch_paged_attn.lowering.triton import paged_attention as tpa  # noqa: E402
 from torch_paged_attn.lowering.triton import prefill  # noqa: E402
-from torch_paged_attn.testing import assert_close, make_paged_batch  # noqa: E402
+from torch_paged_attn.testing import assert_close  # noqa: E402
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 _CUDA = torch.cuda.is_available() and not _INTERPRET
@@ -242,36 +243,13 @@ def test_prefill_kernel_fuzz_cuda(family: int, sm90_everywhere) -> None:
 def test_prefill_kernel_cuda_graph_and_compile(sm90_everywhere) -> None:
     """Captured once (no host sync), replayed on new lengths of the same shapes; the public op
     under torch.compile(fullgraph=True) gives the eager bits."""
-    kw = dict(num_heads=8, num_kv_heads=2, head_size=128, dtype=BF16, device="cuda", max_blocks=80)
 
-    def batch(seed, q_lens, kv_lens):  # the same shapes whatever the lengths: 400 rows, 400 blocks
-        used = sum(-(-n // 16) for n in kv_lens)
-        return make_paged_batch(q_lens, kv_lens, seed=seed, pad_tokens=400 - sum(q_lens), extra_blocks=400 - used,
-                                **kw)
+    def launched() -> None:
+        assert sm90_everywhere, "the prefill kernel did not run"
 
-    static = batch(0, [100, 37, 200, 1], [900, 37, 260, 1200])
-    options = dict(scale=0.09, causal=True, window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=None,
-                   sinks=None, k_scale=None, v_scale=None, attention_chunk_size=0)
-    out = torch.full((400, 8, 128), float("nan"), dtype=BF16, device="cuda")
-    lse = torch.full((400, 8), float("nan"), device="cuda")
-    tpa.paged_attention(*static.args(), out, lse, **options)  # compile outside the capture
-    assert sm90_everywhere, "the prefill kernel did not run"
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            tpa.paged_attention(*static.args(), out, lse, **options)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    for seed, q_lens, kv_lens in ((1, [3, 300, 0, 90], [30, 1270, 0, 95]), (2, [1, 1, 1, 1], [1, 2, 3, 1100])):
-        new = batch(seed, q_lens, kv_lens)
-        for dst, src in zip(static.args(), new.args()):
-            dst.copy_(src)
-        out.fill_(float("nan"))
-        lse.fill_(float("nan"))
-        graph.replay()
-        check_against_reference(static, options, out, lse, BF16)
+    static, options = check_graph_replay(
+        400, ([100, 37, 200, 1], [900, 37, 260, 1200]),
+        (([3, 300, 0, 90], [30, 1270, 0, 95]), ([1, 1, 1, 1], [1, 2, 3, 1100])), after_warmup=launched)
 
     public = {k: v for k, v in options.items() if k not in ("k_scale", "v_scale")}
 
