@@ -484,6 +484,21 @@ def _flashinfer_scales(b: PagedBatch) -> dict:
     return dict(k_scale=float(b.k_scale), v_scale=float(b.v_scale))
 
 
+def _flashinfer_contender(fi, wrapper, copies: list[PagedBatch]) -> Contender:
+    """A planned FlashInfer wrapper's ``run`` on each copy: ``wrapper(False)`` for eager calls,
+    ``wrapper(True)`` (static plan buffers) for CUDA-graph replays."""
+
+    def fns(w):
+        def make(b: PagedBatch):
+            kv, scales = (b.key_cache, b.value_cache), _flashinfer_scales(b)
+            return lambda: w.run(b.query, kv, **scales)
+
+        return [make(b) for b in copies]
+
+    return Contender(fns(wrapper(False)), lambda out: out, f"flashinfer {fi.__version__}",
+                     graph_fns=fns(wrapper(True)))
+
+
 def flashinfer_decode(s: Shape, copies: list[PagedBatch], device: torch.device, tensor_cores: bool) -> Contender:
     if device.type != "cuda":
         raise Unavailable("needs CUDA")
@@ -505,15 +520,7 @@ def flashinfer_decode(s: Shape, copies: list[PagedBatch], device: torch.device, 
                q_data_type=s.dtype, kv_data_type=s.cache_dtype, sm_scale=scale)
         return w
 
-    def fns(w):
-        def make(b: PagedBatch):
-            kv, scales = (b.key_cache, b.value_cache), _flashinfer_scales(b)
-            return lambda: w.run(b.query, kv, **scales)
-
-        return [make(b) for b in copies]
-
-    return Contender(fns(wrapper(False)), lambda out: out, f"flashinfer {fi.__version__}",
-                     graph_fns=fns(wrapper(True)))
+    return _flashinfer_contender(fi, wrapper, copies)
 
 
 def flashinfer_prefill(s: Shape, copies: list[PagedBatch], device: torch.device) -> Contender:
@@ -537,15 +544,7 @@ def flashinfer_prefill(s: Shape, copies: list[PagedBatch], device: torch.device)
                causal=True, sm_scale=scale, q_data_type=s.dtype, kv_data_type=s.cache_dtype)
         return w
 
-    def fns(w):
-        def make(b: PagedBatch):
-            kv, scales = (b.key_cache, b.value_cache), _flashinfer_scales(b)
-            return lambda: w.run(b.query, kv, **scales)
-
-        return [make(b) for b in copies]
-
-    return Contender(fns(wrapper(False)), lambda out: out, f"flashinfer {fi.__version__}",
-                     graph_fns=fns(wrapper(True)))
+    return _flashinfer_contender(fi, wrapper, copies)
 
 
 def vllm_triton(s: Shape, copies: list[PagedBatch], device: torch.device) -> Contender:
