@@ -9,8 +9,8 @@ runs in its own process, forked from a parent that has imported third-party modu
 ``fullgraph=True``, calls it, and only then runs it eagerly on copies of the same inputs: the
 compiled call must give eager's outputs and mutations. Forking saves the imports of torch,
 Dynamo, AOTAutograd and transformers, about 6 s a case (2-core CPU, 2026-11); where ``os.fork`` is
-missing, or on a machine with a GPU (the parent's imports initialise CUDA, which a forked child
-cannot use), each case starts its own interpreter.
+missing, on a machine with a GPU (the parent's imports initialise CUDA, which a forked child
+cannot use) or under pytest-xdist, each test starts its own interpreter for its case.
 
 Entry points: every op and its ``_out`` form, the transformers integration (also with
 ``TORCH_PAGED_ATTN_DEBUG=1`` set before the first read), ``MLAAttention``'s decode and prefill
@@ -23,6 +23,7 @@ few seconds); on CUDA with Inductor, which launches the Triton kernels itself.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -192,10 +193,10 @@ torch.testing.assert_close(compiled, eager)
 # reads it in the traced forward.
 CASES["transformers_debug_env"] = 'os.environ["TORCH_PAGED_ATTN_DEBUG"] = "1"\n' + CASES["transformers"]
 
-# The parent: imports torch, then runs each case in a child forked from it (or, without fork, in a
-# fresh interpreter), and writes {case: "" or the child's traceback} as JSON to argv[1].
+# The parent (CPU machines with os.fork): imports torch, then runs each case in a child forked from
+# it, and writes {case: "" or the child's traceback} as JSON to argv[1].
 RUNNER = r"""
-import json, os, subprocess, sys, traceback
+import json, os, sys, traceback
 import importlib
 import torch
 
@@ -211,12 +212,6 @@ cases, prelude, out = json.loads(sys.stdin.read()), sys.argv[2], sys.argv[1]
 results = {}
 for name, body in cases.items():
     source = prelude + body
-    # a forked child cannot use CUDA once the parent's imports initialised it (they do on a GPU
-    # machine): there each case gets a fresh interpreter
-    if not hasattr(os, "fork") or torch.cuda.is_available():
-        proc = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True)
-        results[name] = "" if proc.returncode == 0 else proc.stdout + proc.stderr
-        continue
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -239,6 +234,16 @@ with open(out, "w") as f:
 """
 
 
+# Where the cases cannot share a forking parent (a GPU machine, no ``os.fork``) or where pytest-xdist
+# spreads the tests over workers (a module fixture would run every case in every worker), each
+# test starts its own interpreter for its case alone.
+PER_CASE = CUDA or not hasattr(os, "fork") or "PYTEST_XDIST_WORKER" in os.environ
+
+
+def _prelude() -> str:
+    return f"ROOT = {str(ROOT)!r}\n" + textwrap.dedent(PRELUDE)
+
+
 @pytest.fixture(scope="module")
 def results(request, tmp_path_factory) -> dict[str, str]:
     """Runs the cases this session selected, each as its process's first use."""
@@ -248,9 +253,8 @@ def results(request, tmp_path_factory) -> dict[str, str]:
         if item.module is sys.modules[__name__] and hasattr(item, "callspec")
     ]
     out = tmp_path_factory.mktemp("first_use") / "results.json"
-    prelude = f"ROOT = {str(ROOT)!r}\n" + textwrap.dedent(PRELUDE)
     proc = subprocess.run(
-        [sys.executable, "-c", RUNNER, str(out), prelude],
+        [sys.executable, "-c", RUNNER, str(out), _prelude()],
         input=json.dumps({name: CASES[name] for name in selected}),
         capture_output=True,
         text=True,
@@ -262,5 +266,11 @@ def results(request, tmp_path_factory) -> dict[str, str]:
 
 @pytest.mark.skipif(sys.platform == "win32", reason="torch.compile needs a C++ toolchain")
 @pytest.mark.parametrize("case", list(CASES))
-def test_compiles_fullgraph_as_first_use(case: str, results: dict[str, str]) -> None:
-    assert results[case] == "", results[case]
+def test_compiles_fullgraph_as_first_use(case: str, request) -> None:
+    if PER_CASE:
+        proc = subprocess.run([sys.executable, "-c", _prelude() + CASES[case]], capture_output=True, text=True,
+                              timeout=600)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    else:
+        message = request.getfixturevalue("results")[case]
+        assert message == "", message
