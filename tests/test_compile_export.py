@@ -475,3 +475,21 @@ def test_inductor_cache_writes_in_16_bit_dtypes_are_eagers_bits(dtype):
     torch.compile(write, fullgraph=True)(key, value, kv_c, k_pe, *compiled, slots)
     for e, c in zip(eager, compiled):
         assert torch.equal(e.view(torch.int16), c.view(torch.int16))
+
+
+def test_kernel_helpers_bound_under_their_own_names() -> None:
+    """Inductor re-emits a Triton kernel's helpers under each JITFunction's ``__name__``: a helper
+    imported under another name (``from m import f as g``), or two helpers of one name, compile in
+    eager calls but fail with ``NameError`` once torch.compile launches the kernel."""
+    import importlib
+    import pkgutil
+
+    from triton.runtime.jit import JITFunction
+
+    from torch_paged_attn.lowering import triton as kernels
+
+    for info in pkgutil.iter_modules(kernels.__path__):
+        module = importlib.import_module(f"{kernels.__name__}.{info.name}")
+        for name, value in vars(module).items():
+            if isinstance(value, JITFunction):
+                assert value.fn.__name__ == name, f"{info.name}.{name} is the JIT function {value.fn.__name__}"

@@ -31,8 +31,9 @@ from torch import Tensor
 from . import paged_attention as pa
 # the @triton.jit helpers by name, not through ``pa``: Inductor copies a kernel's source with the
 # globals it names, and a module attribute (``pa._dot``) is not one of them
-from .paged_attention import _NO_LIMIT, _abs_max, _dot, _floor_div, _fp8_to_fp16, _fp16_exponent, _load_block_ids
-from .paged_attention import _load_rows as _shared_load_rows
+from .paged_attention import (  # by their own names: Inductor re-emits helpers under __name__
+    _NO_LIMIT, _abs_max, _dot, _floor_div, _fp8_to_fp16, _fp16_exponent, _load_block_ids, _load_rows,
+)
 from ._launch import cdiv, next_power_of_2
 from ._softmax import LOG2E, merged_to_output
 
@@ -123,11 +124,11 @@ def _rows(tile: tuple, group: int, max_query_len: int) -> tuple[int, int, int, i
 
 
 @triton.jit
-def _load_rows(base_ptr, rows, offs, row_ok, SIZE: tl.constexpr, PAD: tl.constexpr, MASKED: tl.constexpr):
+def _load_tile_rows(base_ptr, rows, offs, row_ok, SIZE: tl.constexpr, PAD: tl.constexpr, MASKED: tl.constexpr):
     """``paged_attention._load_rows``; unmasked rows (``MASKED`` False) load with no predicate
     where the head size needs no padding."""
     if MASKED or SIZE != PAD:
-        return _shared_load_rows(base_ptr, rows, offs, row_ok, SIZE, PAD)
+        return _load_rows(base_ptr, rows, offs, row_ok, SIZE, PAD)
     return tl.load(base_ptr + rows[:, None] + offs[None, :])
 
 
@@ -169,7 +170,7 @@ def _tile(q, m_i, l_i, acc, start, block, num_blocks, kv_head,
 
     # -- load K tile: [TILE_N, D_PAD]; scores [BLOCK_M, TILE_N], unscaled --
     k_rows = block * stride_kc_block + slot * stride_kc_slot + kv_head * stride_kc_head
-    k = _load_rows(key_cache_ptr, k_rows, offs_d, key_ok, HEAD_SIZE, D_PAD, MASKED)
+    k = _load_tile_rows(key_cache_ptr, k_rows, offs_d, key_ok, HEAD_SIZE, D_PAD, MASKED)
     if IS_FP8:  # exact: fp8 values are fp16 values; the scale is in qk_scale
         k = k.to(tl.float16)
     s = _dot(q, tl.trans(k.to(q.dtype)), None, DOT_PRECISION, DOT_UPCAST)
@@ -226,7 +227,7 @@ def _tile(q, m_i, l_i, acc, start, block, num_blocks, kv_head,
 
     # -- load V tile: [TILE_N, DV_PAD]; acc += P @ V --
     v_rows = block * stride_vc_block + slot * stride_vc_slot + kv_head * stride_vc_head
-    v = _load_rows(value_cache_ptr, v_rows, offs_dv, key_ok, HEAD_SIZE_V, DV_PAD, MASKED)
+    v = _load_tile_rows(value_cache_ptr, v_rows, offs_dv, key_ok, HEAD_SIZE_V, DV_PAD, MASKED)
     if IS_FP8:
         v = _fp8_to_fp16(v, unit)
     acc = _dot(p.to(q.dtype), v.to(q.dtype), acc, DOT_PRECISION, DOT_UPCAST)
@@ -303,8 +304,8 @@ def _prefill_kernel(
     offs_dv = tl.arange(0, DV_PAD)
 
     # -- load Q once: [BLOCK_M, D_PAD] --
-    q = _shared_load_rows(query_ptr, tok.to(tl.int64) * stride_q_tok + head * stride_q_head, offs_d, row_ok,
-                      HEAD_SIZE, D_PAD)
+    q = _load_rows(query_ptr, tok.to(tl.int64) * stride_q_tok + head * stride_q_head, offs_d, row_ok,
+                   HEAD_SIZE, D_PAD)
     qk_scale = scale
     v_scale = 1.0
     if IS_FP8:  # per-tensor scales into the score scale and the output; dots in fp16
