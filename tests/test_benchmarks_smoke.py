@@ -314,4 +314,5 @@ def test_serving_cpu(tmp_path):
     prefix = doc["args"]["prefix_len"]
     assert shared["prompt_tokens_computed"] == shared["prompt_tokens"] - (doc["args"]["num_requests"] - 1) * prefix
     assert plain["output_tokens"] > 0 and plain["tokens_per_s"] > 0
+    assert len(plain["earlier_passes_tokens_per_s"]) == doc["args"]["passes"] - 1 == 1  # the default: 2 passes
     assert (tmp_path / next(tmp_path.glob("serving-*.json")).name.replace(".json", ".txt")).exists()
