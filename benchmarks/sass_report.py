@@ -127,9 +127,9 @@ def shapes() -> dict[str, tuple]:
     return out
 
 
-def compile_launch(kernel, kwargs: dict, arch: int) -> dict:
-    """Compile one captured launch for ``sm_<arch>`` as Triton's JIT would specialise it, and read
-    the cubin's resource usage and instruction mix."""
+def compile_for(kernel, kwargs: dict, arch: int):
+    """One captured launch compiled by Triton for ``sm_<arch>`` with the specialisation Triton's
+    JIT gives those arguments (the ``CompiledKernel``: ``.asm`` holds ttir, ttgir, llir, ptx, cubin)."""
     from triton._C.libtriton import native_specialize_impl
 
     options = {k: kwargs[k] for k in ("num_warps", "num_stages") if k in kwargs}
@@ -146,14 +146,25 @@ def compile_launch(kernel, kwargs: dict, arch: int) -> dict:
             constexprs[(i,)] = spec
         elif isinstance(spec, str) and spec:
             attrs[(i,)] = CUDABackend.parse_attr(spec)
-    compiled = triton.compile(ASTSource(kernel, signature, constexprs, attrs),
-                              target=GPUTarget("cuda", arch, 32), options=options)
+    return triton.compile(ASTSource(kernel, signature, constexprs, attrs),
+                          target=GPUTarget("cuda", arch, 32), options=options)
+
+
+def cuobjdump(compiled, flag: str) -> str:
+    """``cuobjdump <flag>`` (``-sass``, ``-res-usage``) of a compiled kernel's cubin, with the
+    cuobjdump bundled with Triton."""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(compiled.asm["cubin"])
         f.flush()
         tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-        usage = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
-        sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True, check=True).stdout
+        return subprocess.run([tool, flag, f.name], capture_output=True, text=True, check=True).stdout
+
+
+def compile_launch(kernel, kwargs: dict, arch: int) -> dict:
+    """Compile one captured launch for ``sm_<arch>`` as Triton's JIT would specialise it, and read
+    the cubin's resource usage and instruction mix."""
+    compiled = compile_for(kernel, kwargs, arch)
+    usage, sass = cuobjdump(compiled, "-res-usage"), cuobjdump(compiled, "-sass")
 
     def count(pattern: str) -> int:
         return len(re.findall(pattern, sass))

@@ -5,13 +5,9 @@ and its variants, compiled for sm_90 by the Triton on PYTHONPATH (no GPU):
 
 Writes OUTDIR/<variant>-<kernel>.{ttir,ttgir,llir,ptx,sass} for the failing case (D40_Dv24) and the
 passing variants (D40_Dv32, D40_Dv40, D32_Dv24)."""
-import math, os, subprocess, sys, tempfile
+import math, os, sys
 sys.path[:0] = ["benchmarks", "tests"]
 import torch
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.backends.nvidia.compiler import CUDABackend
-from triton.compiler import ASTSource
 import sass_report
 from torch_paged_attn.lowering.triton import paged_attention as tpa, prefill
 
@@ -39,23 +35,7 @@ def plan(d, dv, shared):
 
 
 def compile_launch(kernel, kwargs, arch=90):
-    from triton._C.libtriton import native_specialize_impl
-    options = {k: kwargs[k] for k in ("num_warps", "num_stages") if k in kwargs}
-    signature, constexprs, attrs = {}, {}, {}
-    for i, p in enumerate(kernel.params):
-        value = kwargs[p.name]
-        if p.is_constexpr:
-            signature[p.name], constexprs[(i,)] = "constexpr", value
-            continue
-        kind, spec = native_specialize_impl(CUDABackend, value, False, not p.do_not_specialize,
-                                            not p.do_not_specialize_on_alignment)
-        signature[p.name] = kind
-        if kind == "constexpr":
-            constexprs[(i,)] = spec
-        elif isinstance(spec, str) and spec:
-            attrs[(i,)] = CUDABackend.parse_attr(spec)
-    return triton.compile(ASTSource(kernel, signature, constexprs, attrs),
-                          target=GPUTarget("cuda", arch, 32), options=options)
+    return sass_report.compile_for(kernel, kwargs, arch)
 
 
 def main(out_dir):
@@ -72,10 +52,7 @@ def main(out_dir):
                 for ext in ("ttir", "ttgir", "llir", "ptx"):
                     with open(os.path.join(out_dir, f"{tag}.{ext}"), "w") as f:
                         f.write(c.asm[ext])
-                with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-                    f.write(c.asm["cubin"]); f.flush()
-                    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-                    sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True, check=True).stdout
+                sass = sass_report.cuobjdump(c, "-sass")
                 with open(os.path.join(out_dir, f"{tag}.sass"), "w") as f:
                     f.write(sass)
                 print("  shared", c.metadata.shared, flush=True)
