@@ -18,6 +18,8 @@ tensors), and the cubin is read with the ``cuobjdump`` bundled with Triton. Colu
     instrs    SASS instructions in the kernel (all paths; a loop body counts once)
     loop      instructions of the shortest loop body that issues MMAs: the inner key loop, one
               key tile (the unmasked tiles' loop where a kernel has several); 0 if none
+    URundef   instructions reading a uniform register no instruction wrote on some path
+              (``sass_uniform_check.py``: a ptxas defect; must be 0)
 
 ``--sweeps`` compiles every candidate of ``tune.py``'s sweeps on its shape instead. These are the
 compiler's figures, not the hardware's: the Triton and ptxas of this machine decide them, which
@@ -51,6 +53,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(HERE)]
 import mla_decode as mla_bench  # noqa: E402
 import paged_attention as attn_bench  # noqa: E402
+import sass_uniform_check  # noqa: E402
 import tune  # noqa: E402
 
 from torch_paged_attn import lowering  # noqa: E402
@@ -59,7 +62,7 @@ from torch_paged_attn.lowering.triton import paged_attention as attn_kernel  # n
 from torch_paged_attn.lowering.triton import prefill as prefill_kernel  # noqa: E402
 
 META = torch.device("meta")
-COLUMNS = ("regs", "stack", "LDL", "STL", "smem", "HGMMA", "HMMA", "LDGSTS", "LDS8", "instrs", "loop")
+COLUMNS = ("regs", "stack", "LDL", "STL", "smem", "HGMMA", "HMMA", "LDGSTS", "LDS8", "instrs", "loop", "URundef")
 
 
 @contextlib.contextmanager
@@ -179,7 +182,7 @@ def compile_launch(kernel, kwargs: dict, arch: int) -> dict:
     return dict(regs=field("REG"), stack=field("STACK"), LDL=count(r"\bLDL\b"), STL=count(r"\bSTL\b"),
                 smem=compiled.metadata.shared, HGMMA=count(r"\bHGMMA\."), HMMA=count(r"\bHMMA\."),
                 LDGSTS=count(r"\bLDGSTS\b"), LDS8=count(r"\bLDS\.U8\b"),
-                instrs=len(code), loop=min(mma_loops, default=0))
+                instrs=len(code), loop=min(mma_loops, default=0), URundef=len(sass_uniform_check.check(sass)))
 
 
 def report(name: str, s, plan, args) -> list[dict]:
