@@ -4,11 +4,12 @@
 
 A forward must-be-written analysis over the kernel's control-flow graph: a uniform register (URn)
 that an instruction reads on some path from the entry with no write to it on that path holds
-whatever the last warp on that SM left there. ptxas 12.x (Triton 3.6's) emits such reads for the
-wgmma descriptors of the P @ V dot when the K and V tiles have different padded widths (D 40 ->
-64, Dv 24 -> 32): the descriptors of k-steps 1..3 are built from uniform registers that no
-instruction sets, so those k-steps read the wrong shared memory (see
-results/gpu-tests-2026-11-23-d/). ``check(sass)`` returns the offending instructions.
+whatever the last warp on that SM left there. ptxas 12.8.93 (Triton 3.6's; 12.9.86 assembles the
+same PTX cleanly) emits such reads for the wgmma descriptors of the P @ V dot of the attention
+kernels when the K and V tiles have different padded widths (D 40 -> 64, Dv 24 -> 32): the
+descriptors of k-steps 1..3 are built from uniform registers that no instruction sets, so those
+k-steps read the wrong shared memory (results/gpu-tests-2026-11-23-d/d40-cause.md).
+``check(sass)`` returns the offending instructions; predicated writes do not count as writes.
 
 Operand model: a uniform ``.64`` or ``.WIDE`` instruction writes a register pair and a ``.64`` one
 reads pairs; ``gdesc[URn]`` of an HGMMA reads URn..URn+3 (A and B descriptors), or URn+2..URn+3
@@ -24,11 +25,13 @@ _LINE = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", re.M)
 
 
 def _parse(sass: str) -> list[tuple[int, str, str, list[str]]]:
+    """(address, predicate, opcode, operands) of each instruction."""
     out = []
     for addr, text in _LINE.findall(sass):
         m = re.match(r"(@!?U?P[T0-9]+\s+)?([A-Z0-9_.]+)\s*(.*)$", text)
         if m:
-            out.append((int(addr, 16), (m.group(1) or "").strip(), m.group(2), [a.strip() for a in m.group(3).split(",") if a.strip()]))
+            operands = [a.strip() for a in m.group(3).split(",") if a.strip()]
+            out.append((int(addr, 16), (m.group(1) or "").strip(), m.group(2), operands))
     return out
 
 
@@ -64,7 +67,7 @@ def check(sass: str) -> list[str]:
     code = _parse(sass)
     if not code:
         return []
-    index = {addr: i for i, (addr, *_ ) in enumerate(code)}
+    index = {addr: i for i, (addr, *_) in enumerate(code)}
     succ: list[list[int]] = []
     for i, (addr, pred, op, args) in enumerate(code):
         nxt = [i + 1] if i + 1 < len(code) else []
@@ -74,14 +77,13 @@ def check(sass: str) -> list[str]:
         elif op.startswith(("EXIT", "RET")) and not pred:
             nxt = []
         succ.append(nxt)
-    full = set(range(256))
     defined: list[set[int] | None] = [None] * len(code)  # must-be-written before instruction i
     defined[0] = set()
     work = [0]
     while work:
         i = work.pop()
-        _, _, op, args = code[i]
-        after = defined[i] | _effects(op, args)[1]
+        _, pred, op, args = code[i]
+        after = defined[i] if pred else defined[i] | _effects(op, args)[1]  # a predicated write may not happen
         for j in succ[i]:
             new = after if defined[j] is None else defined[j] & after
             if new != defined[j]:
@@ -93,7 +95,8 @@ def check(sass: str) -> list[str]:
             continue  # unreachable
         undefined = _effects(op, args)[0] - defined[i] - {255}
         if undefined:
-            bad.append(f"/*{addr:04x}*/ {pred} {op} {', '.join(args)}  <- UR{sorted(undefined)} never written on some path")
+            bad.append(f"/*{addr:04x}*/ {pred} {op} {', '.join(args)}  "
+                       f"<- UR{sorted(undefined)} never written on some path")
     return bad
 
 

@@ -560,14 +560,15 @@ def _pad(size: int) -> int:
 def _tile_pads(head_size: int, head_size_v: int) -> tuple[int, int]:
     """``(D_PAD, DV_PAD)``, the K and V tile widths of the attention kernels: each head size padded
     to a power of two, except that when both need padding to different widths both tiles take
-    the wider one. A workaround, not yet verified on a GPU: Triton 3.6's ptxas, on sm_90, builds
-    the wgmma descriptors of k-steps 1..3 of the P @ V dot from uniform registers that no
-    instruction writes when the K tile [TILE_N, 64] (128-byte swizzle) and the V tile
-    [TILE_N, 32] (64-byte swizzle, the same shared buffer) are both loaded masked (D 40, Dv 24):
-    those k-steps read whatever shared memory the stale registers point at (the Q tile in a fresh
-    process: outputs of rows with more than 16 keys off by ~1, LSE exact; results/gpu-tests-
-    2026-11-23-d/). With equal widths the SASS reads no unwritten uniform register
-    (``benchmarks/sass_uniform_check.py``); padded columns are masked loads, no memory traffic,
+    the wider one. A workaround, not yet verified on a GPU: Triton 3.6's ptxas (12.8.93; 12.9
+    assembles the same PTX correctly) builds, on sm_90, the wgmma descriptors of k-steps 1..3 of
+    the P @ V dot from uniform registers that no instruction writes when the K tile
+    [TILE_N, 64] (128-byte swizzle) and the V tile [TILE_N, 32] (64-byte swizzle, the same shared
+    buffer) are both loaded masked (D 40, Dv 24). Those k-steps read whatever shared memory the
+    stale registers point at (the Q tile, in the model that reproduces the H100's errors: rows
+    with more than 16 keys off by ~1, LSE exact; benchmarks/results/gpu-tests-2026-11-23-d/
+    d40-cause.md). With equal widths the SASS reads no unwritten uniform register
+    (``benchmarks/sass_uniform_check.py``); padded columns are masked loads (no memory traffic),
     at the price of a wider P @ V for such head-size pairs."""
     d_pad, dv_pad = _pad(head_size), _pad(head_size_v)
     if d_pad != dv_pad and d_pad != head_size and dv_pad != head_size_v:
