@@ -18,6 +18,8 @@ tensors), and the cubin is read with the ``cuobjdump`` bundled with Triton. Colu
     instrs    SASS instructions in the kernel (all paths; a loop body counts once)
     loop      instructions of the shortest loop body that issues MMAs: the inner key loop, one
               key tile (the unmasked tiles' loop where a kernel has several); 0 if none
+    URundef   instructions reading a uniform register no instruction wrote on some path
+              (``sass_uniform_check.py``: a ptxas defect; must be 0)
 
 ``--sweeps`` compiles every candidate of ``tune.py``'s sweeps on its shape instead. These are the
 compiler's figures, not the hardware's: the Triton and ptxas of this machine decide them, which
@@ -51,6 +53,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(HERE)]
 import mla_decode as mla_bench  # noqa: E402
 import paged_attention as attn_bench  # noqa: E402
+import sass_uniform_check  # noqa: E402
 import tune  # noqa: E402
 
 from torch_paged_attn import lowering  # noqa: E402
@@ -59,7 +62,7 @@ from torch_paged_attn.lowering.triton import paged_attention as attn_kernel  # n
 from torch_paged_attn.lowering.triton import prefill as prefill_kernel  # noqa: E402
 
 META = torch.device("meta")
-COLUMNS = ("regs", "stack", "LDL", "STL", "smem", "HGMMA", "HMMA", "LDGSTS", "LDS8", "instrs", "loop")
+COLUMNS = ("regs", "stack", "LDL", "STL", "smem", "HGMMA", "HMMA", "LDGSTS", "LDS8", "instrs", "loop", "URundef")
 
 
 @contextlib.contextmanager
@@ -127,9 +130,9 @@ def shapes() -> dict[str, tuple]:
     return out
 
 
-def compile_launch(kernel, kwargs: dict, arch: int) -> dict:
-    """Compile one captured launch for ``sm_<arch>`` as Triton's JIT would specialise it, and read
-    the cubin's resource usage and instruction mix."""
+def compile_for(kernel, kwargs: dict, arch: int):
+    """One captured launch compiled by Triton for ``sm_<arch>`` with the specialisation Triton's
+    JIT gives those arguments (the ``CompiledKernel``: ``.asm`` holds ttir, ttgir, llir, ptx, cubin)."""
     from triton._C.libtriton import native_specialize_impl
 
     options = {k: kwargs[k] for k in ("num_warps", "num_stages") if k in kwargs}
@@ -146,14 +149,25 @@ def compile_launch(kernel, kwargs: dict, arch: int) -> dict:
             constexprs[(i,)] = spec
         elif isinstance(spec, str) and spec:
             attrs[(i,)] = CUDABackend.parse_attr(spec)
-    compiled = triton.compile(ASTSource(kernel, signature, constexprs, attrs),
-                              target=GPUTarget("cuda", arch, 32), options=options)
+    return triton.compile(ASTSource(kernel, signature, constexprs, attrs),
+                          target=GPUTarget("cuda", arch, 32), options=options)
+
+
+def cuobjdump(compiled, flag: str) -> str:
+    """``cuobjdump <flag>`` (``-sass``, ``-res-usage``) of a compiled kernel's cubin, with the
+    cuobjdump bundled with Triton."""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(compiled.asm["cubin"])
         f.flush()
         tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-        usage = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
-        sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True, check=True).stdout
+        return subprocess.run([tool, flag, f.name], capture_output=True, text=True, check=True).stdout
+
+
+def compile_launch(kernel, kwargs: dict, arch: int) -> dict:
+    """Compile one captured launch for ``sm_<arch>`` as Triton's JIT would specialise it, and read
+    the cubin's resource usage and instruction mix."""
+    compiled = compile_for(kernel, kwargs, arch)
+    usage, sass = cuobjdump(compiled, "-res-usage"), cuobjdump(compiled, "-sass")
 
     def count(pattern: str) -> int:
         return len(re.findall(pattern, sass))
@@ -168,7 +182,7 @@ def compile_launch(kernel, kwargs: dict, arch: int) -> dict:
     return dict(regs=field("REG"), stack=field("STACK"), LDL=count(r"\bLDL\b"), STL=count(r"\bSTL\b"),
                 smem=compiled.metadata.shared, HGMMA=count(r"\bHGMMA\."), HMMA=count(r"\bHMMA\."),
                 LDGSTS=count(r"\bLDGSTS\b"), LDS8=count(r"\bLDS\.U8\b"),
-                instrs=len(code), loop=min(mma_loops, default=0))
+                instrs=len(code), loop=min(mma_loops, default=0), URundef=len(sass_uniform_check.check(sass)))
 
 
 def report(name: str, s, plan, args) -> list[dict]:

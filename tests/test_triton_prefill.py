@@ -259,3 +259,93 @@ def test_prefill_kernel_cuda_graph_and_compile(sm90_everywhere) -> None:
     eager = functional(*static.args())
     compiled = torch.compile(functional, fullgraph=True)(*static.args())
     assert torch.equal(eager[0], compiled[0]) and torch.equal(eager[1], compiled[1])
+
+
+# -- D40/Dv24: ptxas (Triton 3.6, sm_90) built the P @ V descriptors from unwritten registers ------
+
+# The case of the H100 failure and the variants measured there (results/gpu-tests-2026-11-23-d/
+# d40-variants.txt: wrong with Hq 4 and block sizes 16 and 32, right with Dv 32, Dv 40, D 32), and
+# the head sizes swapped.
+_PTXAS_CASE = Case((12, 3), (30, 17), head_size=40, head_size_v=24, block_size=24, num_heads=6, num_kv_heads=2)
+_PTXAS_CASES = [_PTXAS_CASE] + [
+    replace(_PTXAS_CASE, **kw)
+    for kw in (dict(head_size_v=32), dict(head_size_v=None), dict(head_size=32), dict(num_heads=4),
+               dict(block_size=16), dict(block_size=32), dict(head_size=24, head_size_v=40))
+]
+
+
+def test_tile_pads_are_equal_when_both_head_sizes_pad() -> None:
+    """K and V tiles take one width when both head sizes pad to different powers of two (the
+    ptxas workaround of ``paged_attention._tile_pads``), else each its own."""
+    assert tpa._tile_pads(40, 24) == (64, 64) and tpa._tile_pads(24, 40) == (64, 64)
+    assert tpa._tile_pads(72, 40) == (128, 128) and tpa._tile_pads(8, 24) == (32, 32)
+    assert tpa._tile_pads(40, 40) == (64, 64) and tpa._tile_pads(40, 32) == (64, 32)
+    assert tpa._tile_pads(128, 64) == (128, 64) and tpa._tile_pads(40, 16) == (64, 16)
+    assert tpa._tile_pads(576, 512) == (1024, 512)
+
+
+def _bench_module(name: str):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.skipif(_INTERPRET, reason="compiles for sm_90: needs TRITON_INTERPRET unset")
+@pytest.mark.parametrize("kernel", ["prefill", "shared"])
+@pytest.mark.parametrize("case", [_PTXAS_CASE, _PTXAS_CASES[-1]], ids=lambda c: c.id)
+def test_ptxas_case_sass_reads_no_unwritten_uniform_register(case: Case, kernel: str, monkeypatch) -> None:
+    """Each kernel as the op launches it on the D40/Dv24 case, compiled for sm_90 by the installed
+    Triton (no GPU needed): no instruction of its SASS reads a uniform register that no
+    instruction wrote on some path (``benchmarks/sass_uniform_check.py``). Triton 3.6's ptxas
+    did, for the P @ V wgmma descriptors, before the K and V tiles took one width."""
+    sass_report, uniform = _bench_module("sass_report"), _bench_module("sass_uniform_check")
+    if kernel == "shared":
+        monkeypatch.setattr(prefill, "_CONFIGS", {})
+    batch, options = make_inputs(case, "cpu", seed=1)
+    meta = {f: torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+            for f in ("query", "key_cache", "value_cache", "block_table", "seq_lens", "query_start_loc")
+            for x in [getattr(batch, f)]}
+    t, hq, dv = batch.query.shape[0], batch.query.shape[1], batch.value_cache.shape[3]
+    out = torch.empty(t, hq, dv, dtype=batch.query.dtype, device="meta")
+    lse = torch.empty(t, hq, device="meta")
+    with sass_report.captured_launches(sms=1) as launches:
+        tpa.paged_attention(*replace(batch, **meta).args(), out, lse, **options)
+    names = [k.__name__ for k, _ in launches]
+    assert names == (["_prefill_kernel"] if kernel == "prefill" else ["_attention_kernel"]), names
+    for k, kwargs in launches:
+        bad = uniform.check(sass_report.cuobjdump(sass_report.compile_for(k, kwargs, 90), "-sass"))
+        assert not bad, f"{k.__name__} (D_PAD {kwargs['D_PAD']}, DV_PAD {kwargs['DV_PAD']}):\n" + "\n".join(bad)
+
+
+@gpu_tier
+@pytest.mark.parametrize("kernel", ["prefill", "shared"])
+@pytest.mark.parametrize("case", _PTXAS_CASES, ids=lambda c: c.id)
+def test_ptxas_case_against_loop_cuda(case: Case, kernel: str, monkeypatch) -> None:
+    """The D40/Dv24 case and its variants on each kernel (one SM planned, so the prefill kernel
+    takes them; its table emptied for the shared kernel), launched three times (the defect read
+    registers earlier launches left), against the float64 loop on a CPU copy of the inputs."""
+    if kernel == "prefill" and torch.cuda.get_device_capability()[0] not in prefill._CONFIGS:
+        pytest.skip("no prefill kernel table for this GPU")
+    monkeypatch.setattr(tpa, "_num_sms", lambda device: 1)
+    monkeypatch.setattr(lowering, "_CHOICES", {})
+    if kernel == "shared":
+        monkeypatch.setattr(prefill, "_CONFIGS", {})
+    seen = []
+    real = prefill.config
+    monkeypatch.setattr(prefill, "config", lambda *a: seen.append(real(*a)) or seen[-1])
+    batch, options = make_inputs(case, "cuda", zlib.crc32(case.id.encode()))
+    fields = ("query", "key_cache", "value_cache", "block_table", "seq_lens", "query_start_loc")
+    cpu = replace(batch, **{f: getattr(batch, f).cpu() for f in fields})
+    cpu_options = {k: (v.cpu() if torch.is_tensor(v) else v) for k, v in options.items()}
+    truth_out, truth_lse = loop.paged_attention(*cpu.args(), **cpu_options)
+    ref_out, ref_lse = reference.attention(*cpu.args(), **cpu_options)
+    for launch in range(3):
+        out, lse = run_triton(batch, options)
+        assert (seen[-1] is not None) == (kernel == "prefill"), seen
+        assert_close(out.cpu(), truth_out, dtype=case.dtype, reference=ref_out, name=f"out (launch {launch})")
+        assert_close(lse.cpu(), truth_lse, dtype=case.dtype, reference=ref_lse, name=f"lse (launch {launch})")

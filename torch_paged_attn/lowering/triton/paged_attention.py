@@ -557,6 +557,25 @@ def _pad(size: int) -> int:
     return max(16, next_power_of_2(size))
 
 
+def _tile_pads(head_size: int, head_size_v: int) -> tuple[int, int]:
+    """``(D_PAD, DV_PAD)``, the K and V tile widths of the attention kernels: each head size padded
+    to a power of two, except that when both need padding to different widths both tiles take
+    the wider one. A workaround, not yet verified on a GPU: Triton 3.6's ptxas (12.8.93; 12.9
+    assembles the same PTX correctly) builds, on sm_90, the wgmma descriptors of k-steps 1..3 of
+    the P @ V dot from uniform registers that no instruction writes when the K tile
+    [TILE_N, 64] (128-byte swizzle) and the V tile [TILE_N, 32] (64-byte swizzle, the same shared
+    buffer) are both loaded masked (D 40, Dv 24). Those k-steps read whatever shared memory the
+    stale registers point at (the Q tile, in the model that reproduces the H100's errors: rows
+    with more than 16 keys off by ~1, LSE exact; benchmarks/results/gpu-tests-2026-11-23-d/
+    d40-cause.md). With equal widths the SASS reads no unwritten uniform register
+    (``benchmarks/sass_uniform_check.py``); padded columns are masked loads (no memory traffic),
+    at the price of a wider P @ V for such head-size pairs."""
+    d_pad, dv_pad = _pad(head_size), _pad(head_size_v)
+    if d_pad != dv_pad and d_pad != head_size and dv_pad != head_size_v:
+        d_pad = dv_pad = max(d_pad, dv_pad)
+    return d_pad, dv_pad
+
+
 def _busy_q_blocks(num_tokens: int, num_seqs: int, block_q: int, max_query_len: int) -> int:
     """Query blocks that hold a token (of ``num_tokens // block_q + num_seqs + 1`` launched), for
     the split-KV plan only (the grid always covers the worst case). A sequence of q tokens fills
@@ -674,7 +693,7 @@ def prepare_paged_attention(
                 alibi_slopes=alibi_slopes, sinks=sinks, attention_chunk_size=attention_chunk_size,
                 max_query_len=max_query_len,
             )
-    d_pad, dv_pad = _pad(head_size), _pad(head_size_v)
+    d_pad, dv_pad = _tile_pads(head_size, head_size_v)
     configs = _DECODE_CONFIGS if decode else _PREFILL_CONFIGS
     if decode and key_cache.dtype in _FP8:
         configs = {**configs, **_FP8_DECODE_CONFIGS}

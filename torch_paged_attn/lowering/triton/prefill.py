@@ -83,7 +83,7 @@ def config(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_table: T
         return None
     capability = _capability(query.device)
     table = _CONFIGS.get(capability[0]) if capability is not None else None
-    d_pad = max(pa._pad(query.shape[2]), pa._pad(value_cache.shape[3]))
+    d_pad = max(pa._tile_pads(query.shape[2], value_cache.shape[3]))
     tile = None if table is None else table.get(d_pad)
     if tile is None:
         return None
@@ -435,6 +435,10 @@ def prepare(
     group = num_heads // num_kv_heads
     _, tile_n, num_warps, num_stages, _, lazy_rescale = tile
     block_m, block_q, heads, num_head_groups = _rows(tile, group, max_query_len)
+    # K and V tiles of one width when both head sizes pad (D 40 / Dv 24 -> 64 / 64): a workaround for
+    # Triton 3.6's ptxas, whose P @ V wgmma descriptors otherwise read unwritten uniform registers
+    # (``paged_attention._tile_pads``); not yet verified on a GPU
+    d_pad, dv_pad = pa._tile_pads(head_size, head_size_v)
     num_q_blocks = num_tokens // block_q + num_seqs + 1
     is_fp8 = key_cache.dtype in pa._FP8
     has_lse = lse is not None
@@ -459,7 +463,7 @@ def prepare(
         stride_o_tok=so[0], stride_o_head=so[1],
         stride_lse_tok=lse_strides[0], stride_lse_head=lse_strides[1],
         GROUP=group, HEADS=heads, NUM_HEAD_GROUPS=num_head_groups,
-        HEAD_SIZE=head_size, HEAD_SIZE_V=head_size_v, D_PAD=pa._pad(head_size), DV_PAD=pa._pad(head_size_v),
+        HEAD_SIZE=head_size, HEAD_SIZE_V=head_size_v, D_PAD=d_pad, DV_PAD=dv_pad,
         BLOCK_SIZE=block_size, BLOCK_M=block_m, BLOCK_Q=block_q, TILE_N=tile_n,
         CAUSAL=bool(causal), USE_WINDOW=window_left >= 0 or window_right >= 0, USE_CHUNK=attention_chunk_size > 0,
         USE_SOFTCAP=softcap > 0, USE_ALIBI=alibi_slopes is not None, HAS_SINKS=sinks is not None,
