@@ -227,7 +227,7 @@ def test_score_forms_interpreted(scores: str, monkeypatch) -> None:
     rows, an empty sequence, splits, an fp8 cache."""
     for table in (tmla._CONFIGS, tmla._FP8_CONFIGS):
         for block_m, config in list(table.items()):
-            monkeypatch.setitem(table, block_m, (*config[:4], scores))
+            monkeypatch.setitem(table, block_m, (*config[:4], scores, *config[5:]))
     launched = []
     launcher = tmla.launcher
 
@@ -274,6 +274,78 @@ def test_page_tiles_interpreted(tile_n: int, monkeypatch) -> None:
         check_case(case, "cpu")
     check_bad_block_ids("cpu", Case((1, 2, 1), (100, 50, 64), block_size=32))
     assert launched and all(bs % tn == 0 for bs, tn in launched), launched
+
+
+def _grid_orders(monkeypatch, case: Case, max_grid_y: int | None = None) -> list[tuple]:
+    """``case`` run with every tile's GRID "queries" and then "heads" (``mla._CONFIGS``): the
+    launched ``(grid, HEAD_GROUP_FASTEST)`` of each; the two give the same bits and match the loop."""
+    if max_grid_y is not None:
+        monkeypatch.setattr(tmla, "_MAX_GRID_Y", max_grid_y)
+    launched = []
+    launcher = tmla.launcher
+
+    def recording(kernel, grid, **constants):
+        if kernel is tmla._mla_kernel:
+            launched.append((grid, constants["HEAD_GROUP_FASTEST"]))
+        return launcher(kernel, grid, **constants)
+
+    monkeypatch.setattr(tmla, "launcher", recording)
+    b = make_batch(case, "cpu", zlib.crc32(case.id.encode()))
+    hint = max(case.q_lens) if case.hint else -1
+    results = []
+    for order in ("queries", "heads"):
+        for table in (tmla._CONFIGS, tmla._FP8_CONFIGS):
+            for block_m, config in list(table.items()):
+                monkeypatch.setitem(table, block_m, (*config[:5], order))
+        results.append(run_triton(b, causal=case.causal, max_query_len=hint, split_tokens=case.split_tokens))
+    (out_q, lse_q), (out_h, lse_h) = results
+    assert torch.equal(out_q, out_h) and torch.equal(lse_q, lse_h)
+    check(b, out_h, lse_h, case.causal, case.dtype)
+    return launched
+
+
+@interpreter_tier
+def test_grid_orders_interpreted(monkeypatch) -> None:
+    """The head group on grid axis 0 (GRID "heads") gives the bits of the query block there, with
+    two head groups (70 heads of 35): decode, split-KV through the workspace, speculative
+    (causal) tokens with padding rows; each launch's grid is the planned order's."""
+    for case in (Case((1, 1, 1), (90, 17, 0), num_heads=70),
+                 Case((1, 1), (150, 200), num_heads=70, split_tokens=64),
+                 Case((2, 3, 1), (129, 65, 3), num_heads=70, hint=True, pad_tokens=2)):
+        q_blocks = sum(case.q_lens) + case.pad_tokens + len(case.q_lens) + 1  # one token a block at 35 heads
+        splits = 1 if case.split_tokens is None else -(-max(case.kv_lens) // case.split_tokens)
+        assert _grid_orders(monkeypatch, case) == [((q_blocks, 2, splits), False), ((2, q_blocks, splits), True)]
+
+
+@interpreter_tier
+def test_grid_order_axis_limit_interpreted(monkeypatch) -> None:
+    """GRID "heads" puts the query blocks on grid axis 1: at most _MAX_GRID_Y of them, else the
+    planner keeps them on axis 0 (B2 decode: 2 + 2 + 1 query blocks)."""
+    case = Case((1, 1), (70, 33), num_heads=70)
+    assert _grid_orders(monkeypatch, case, max_grid_y=5) == [((5, 2, 1), False), ((2, 5, 1), True)]
+    assert _grid_orders(monkeypatch, case, max_grid_y=4) == [((5, 2, 1), False), ((5, 2, 1), False)]
+
+
+def test_grid_order_axis_limit_planned(monkeypatch) -> None:
+    """CUDA's 65535 on grid axis 1, planned on meta tensors: one sequence of T decode tokens has
+    T + 2 query blocks, so T = 65533 keeps GRID "heads" and T = 65534 falls back to "queries"."""
+    for table in (tmla._CONFIGS, tmla._FP8_CONFIGS):
+        for block_m, config in list(table.items()):
+            monkeypatch.setitem(table, block_m, (*config[:5], "heads"))
+    launched = []
+    monkeypatch.setattr(tmla, "launcher", lambda kernel, grid, **constants: (
+        lambda like, **tensors: launched.append((grid, constants["HEAD_GROUP_FASTEST"]))
+        if kernel is tmla._mla_kernel else None))
+    meta = dict(device="meta")
+    for t in (65533, 65534):
+        tmla.mla_decode(
+            torch.empty(t, 70, 32, dtype=BF16, **meta), torch.empty(t, 70, 16, dtype=BF16, **meta),
+            torch.empty(4, 16, 48, dtype=BF16, **meta), torch.empty(1, 4, dtype=torch.int32, **meta),
+            torch.empty(1, dtype=torch.int32, **meta), torch.empty(2, dtype=torch.int32, **meta),
+            torch.empty(t, 70, 32, dtype=BF16, **meta), torch.empty(t, 70, **meta),
+            scale=0.1, causal=True, kv_scale=None, max_query_len=1,
+        )
+    assert launched == [((2, 65535, 1), True), ((65536, 2, 1), False)]
 
 
 def check_bad_block_ids(device: str, case: Case) -> None:

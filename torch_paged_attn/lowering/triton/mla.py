@@ -13,8 +13,9 @@ M = BLOCK_Q query tokens x HEADS heads (one head group, <= 64 heads; 128 heads f
 each reading the rows), so a cache tile is loaded once per sequence, split and head group for all
 of them. Split-KV partials are merged by ``paged_attention``'s combine kernel, in split order.
 Grid: axis 0 query block (``T // BLOCK_Q + B + 1`` slots, as ``paged_attention``), axis 1 head
-group, axis 2 kv split. Layouts: q_latent/out ``[T, H, L]``, q_rope ``[T, H, R]``, kv_cache
-``[NB, BS, L + R]`` (any strides, last one 1). Block-table lookup per key position j::
+group, axis 2 kv split (``_CONFIGS``' GRID "heads": axes 0 and 1 swapped). Layouts: q_latent/out
+``[T, H, L]``, q_rope ``[T, H, R]``, kv_cache ``[NB, BS, L + R]`` (any strides, last one 1).
+Block-table lookup per key position j::
 
     row = kv_cache[block_table[b, j // BS], j % BS]    # masked: j >= seq_len, block outside [0, NB)
 (one table entry per tile where TILE_N divides BS: block 64, the DeepSeek layout).
@@ -94,10 +95,20 @@ _QUERY_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 #   either way, 136- against 80-byte stack), so they run "rows". A mask branch taken only by
 #   tiles with an invalid key (a reduction of the key mask) parts them too, but spills (causal:
 #   0 -> 224-byte stack).
+# The sixth entry, GRID, which grid axis CUDA's block scheduler runs fastest (axis 0):
+# "queries": the query block; the programs of one (sequence, split) for two head groups are
+#   T // BLOCK_Q + B + 1 launches apart. "heads": the head group, so they launch adjacent and
+#   stream the same latent pages at once, the second read able to come from L2. H128 B64 x 4096:
+#   the cache is 302 MB, 604 MB if read twice from DRAM (203 us at 2976 GB/s); "queries" ran 251
+#   us on an H100 (results/mla_decode-NVIDIA-H100-80GB-HBM3-2026-11-23.txt). There the 128 busy
+#   programs (one per SM) start in the first wave in either order, the empty slots returning at
+#   once: the order only aligns their starts. Where the query blocks would not fit grid axis 1
+#   (_MAX_GRID_Y) the planner keeps "queries" (the same bits). "heads" is a candidate for
+#   BLOCK_M 64 (tune.py mla_h128, mla_b1_h128), not yet timed on a GPU.
 _CONFIGS = {
-    16: (64, 4, 2, 2, "rows"),
-    32: (32, 4, 3, 2, "keys"),
-    64: (64, 8, 2, 1, "split"),
+    16: (64, 4, 2, 2, "rows", "queries"),
+    32: (32, 4, 3, 2, "keys", "queries"),
+    64: (64, 8, 2, 1, "split", "queries"),
 }
 # fp8 caches (bf16 queries, fp16 dots), BLOCK_M 16, B128 x 4096 H16, H200, before the latent tiles
 # were converted in their load layout (``_fp8_to_fp16``): (32, 4, 3, 4) 26.5 % of copy, (64, 4, 2,
@@ -106,10 +117,11 @@ _CONFIGS = {
 # 56-byte stack on sm_90). Converted in place, the fp16 tile is staged in shared memory: (32, 4, 3)
 # needs 118 KiB (one program per SM where 4 were planned), (32, 4, 2) 100 KiB and 224 registers,
 # two programs per SM; not yet measured (``tune.py --sweeps mla_fp8``).
-_FP8_CONFIGS = {**_CONFIGS, 16: (32, 4, 2, 2, "rows")}
+_FP8_CONFIGS = {**_CONFIGS, 16: (32, 4, 2, 2, "rows", "queries")}
 # Heads one program holds (the M dimension of the dots is at most 64 rows).
 _MAX_HEADS_PER_PROGRAM = 64
 _MAX_BLOCK_M = 64
+_MAX_GRID_Y = 65535  # CUDA's limit on grid axes 1 and 2
 
 
 def supports(op: str, facts: dict) -> str | None:
@@ -173,14 +185,19 @@ def _mla_kernel(
     MERGE_GROUP: tl.constexpr,  # splits the combine kernel loads at once
     ONE_SPLIT: tl.constexpr,  # at most one split, merged in the program (no workspace)
     SCORES: tl.constexpr,  # "rows": rows x keys, chained; "keys": keys x rows, transposed; "split"
+    HEAD_GROUP_FASTEST: tl.constexpr,  # grid (head group, query block, split), else (query block, head group, split)
 ):
     tl.static_assert(BLOCK_M >= 16 and TILE_N >= 16 and L_HALF >= 16 and R_PAD >= 16)
     tl.static_assert(L_HALF < LATENT and LATENT <= 2 * L_HALF)  # the first half is all latent
     tl.static_assert(BLOCK_Q * HEADS <= BLOCK_M and BLOCK_Q >= 1)
     tl.static_assert(SCORES == "rows" or SCORES == "keys" or SCORES == "split")
     scale = tl.cast(scale, tl.float32)
-    pid_q = tl.program_id(0)
-    head_group = tl.program_id(1)
+    if HEAD_GROUP_FASTEST:
+        head_group = tl.program_id(0)
+        pid_q = tl.program_id(1)
+    else:
+        pid_q = tl.program_id(0)
+        head_group = tl.program_id(1)
     pid_s = tl.program_id(2)
 
     # -- which sequence, which of its query blocks; slots past the last sequence own the padding
@@ -435,7 +452,9 @@ def prepare_mla_decode(
     block_m = max(16, next_power_of_2(heads * block_q))
     block_q = block_m // heads if block_q > 1 else 1
     is_fp8 = kv_cache.dtype in _FP8
-    tile_n, num_warps, num_stages, programs_per_sm, scores = (_FP8_CONFIGS if is_fp8 else _CONFIGS)[block_m]
+    tile_n, num_warps, num_stages, programs_per_sm, scores, order = (_FP8_CONFIGS if is_fp8 else _CONFIGS)[block_m]
+    if order not in ("queries", "heads"):
+        raise ValueError(f"mla._CONFIGS[{block_m}]: GRID {order!r} is not 'queries' or 'heads'")
     if scores == "split" and not causal:  # no mask branch to part the dots (_CONFIGS): chained is cheaper
         scores = "rows"
     num_q_blocks = num_tokens // block_q + num_seqs + 1
@@ -450,7 +469,11 @@ def prepare_mla_decode(
     sql, sqr, skv, sbt, so = q_latent.stride(), q_rope.stride(), kv_cache.stride(), block_table.stride(), out.stride()
     ssl, sqsl = seq_lens.stride(0), query_start_loc.stride(0)
     po_strides, pl_strides = workspace.po_strides, workspace.pl_strides
+    # head group on axis 0 only where the query blocks fit axis 1 (the same results either way)
+    head_group_fastest = order == "heads" and num_q_blocks <= _MAX_GRID_Y
     grid = (num_q_blocks, num_head_groups, num_splits if write_partial else 1)
+    if head_group_fastest:
+        grid = (num_head_groups, num_q_blocks, grid[2])
     # every launch argument but the tensors, decided once for all calls of this signature
     attention = launcher(
         _mla_kernel, grid,
@@ -474,7 +497,7 @@ def prepare_mla_decode(
         DOT_UPCAST=q_latent.dtype == torch.bfloat16 and _interpreted(),
         MERGE_GROUP=1 if split_tokens == _NO_SPLIT else _MERGE_GROUP,
         ONE_SPLIT=split_tokens == _NO_SPLIT and not write_partial,
-        SCORES=scores,
+        SCORES=scores, HEAD_GROUP_FASTEST=head_group_fastest,
         num_warps=num_warps, num_stages=num_stages,
     )
     l_pad = _pad(latent)
