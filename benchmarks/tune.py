@@ -68,13 +68,14 @@ _HOPPER_TILES = tuple((*tile, lazy) for lazy in (False, True) for tile in (
 _PREFILL_TILES = (
     (128, 64, 8, 3, 1), (128, 64, 8, 2, 1), (128, 128, 8, 2, 1), (128, 128, 8, 3, 1), (128, 32, 8, 4, 1),
     (128, 64, 4, 3, 1), (64, 64, 4, 3, 2), (64, 128, 4, 2, 2))
-_MLA = mla_kernel._CONFIGS  # BLOCK_M -> (TILE_N, warps, stages, programs per SM, SCORES)
+_MLA = mla_kernel._CONFIGS  # BLOCK_M -> (TILE_N, warps, stages, programs per SM, SCORES, GRID)
 
 
-def _scores(form: str, tiles: tuple) -> tuple:
+def _scores(form: str, tiles: tuple, grid: str = "queries") -> tuple:
     """MLA candidates: each (TILE_N, warps, stages, programs per SM) tile with the score form
-    SCORES ("rows", "keys" or "split": ``mla._CONFIGS``)."""
-    return tuple((*tile, form) for tile in tiles)
+    SCORES ("rows", "keys" or "split") and the grid order GRID ("queries": query block on grid
+    axis 0, "heads": head group there; ``mla._CONFIGS``)."""
+    return tuple((*tile, form, grid) for tile in tiles)
 
 SWEEPS = {
     "attn_fp8": Sweep("decode_fp8_B64_ctx4096", attn_kernel._FP8_DECODE_CONFIGS, 128, (
@@ -102,13 +103,16 @@ SWEEPS = {
     "mla_b32": Sweep("B32_ctx8192_H16", _MLA, 16, _scores("rows", (
         (64, 4, 2, 2), (64, 4, 2, 4), (32, 4, 3, 2), (32, 4, 3, 4), (32, 4, 2, 4), (64, 4, 3, 4),
         (64, 4, 2, 8), (32, 4, 2, 8), (64, 8, 2, 4)))),
+    # H128 (two head groups): the best tiles in both grid orders, GRID "heads" launching the two
+    # head groups of a sequence adjacent (mla._CONFIGS)
     "mla_h128": Sweep("B64_ctx4096_H128", _MLA, 64, _scores("split", (
         (64, 8, 2, 1), (32, 8, 3, 1), (32, 8, 2, 1), (32, 8, 4, 1), (16, 8, 4, 1), (64, 8, 1, 1))) + _scores(
-        "rows", ((64, 8, 2, 1), (32, 8, 3, 1)))),
+        "rows", ((64, 8, 2, 1), (32, 8, 3, 1))) + _scores("split", ((64, 8, 2, 1), (32, 8, 3, 1)), "heads") + _scores(
+        "rows", ((64, 8, 2, 1),), "heads")),
     # B1 x 32768 H128: the split-KV count follows programs per SM (1: 64 splits x 2 head groups)
     "mla_b1_h128": Sweep("B1_ctx32768_H128", _MLA, 64, _scores("split", (
         (64, 8, 2, 1), (64, 8, 2, 2), (32, 8, 3, 1), (32, 8, 3, 2), (32, 8, 2, 2), (16, 8, 4, 2))) + _scores(
-        "rows", ((64, 8, 2, 1),))),
+        "rows", ((64, 8, 2, 1),)) + _scores("split", ((64, 8, 2, 1), (64, 8, 2, 2)), "heads")),
     "mla_fp8": Sweep("fp8_B128_ctx4096_H16", mla_kernel._FP8_CONFIGS, 16, _scores("rows", (
         (32, 4, 3, 4), (32, 4, 3, 1), (32, 4, 2, 2), (32, 4, 2, 4), (16, 4, 3, 4), (16, 4, 4, 4), (16, 4, 2, 4),
         (32, 8, 2, 2), (64, 8, 2, 1), (64, 4, 2, 1), (64, 4, 2, 2), (32, 8, 3, 2), (32, 8, 3, 1)))),
@@ -200,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             results.append((timing.p50_us, label, f"{100 * gbps / copy_gbps:5.1f} % copy"))
         print(f"\n{name}: {sweep.shape} (copy {copy_gbps:.0f} GB/s)")
         for us, label, note in sorted(results):
-            print(f"  {label:<40} {us:9.2f} us  {note}")
+            print(f"  {label:<50} {us:9.2f} us  {note}")
     meta = dict(H.device_info(device), copy_gbps=copy_gbps, args=vars(args))
     path = H.json_path("tune", meta, args.out)
     H.write_json(path, "tune", rows, meta)

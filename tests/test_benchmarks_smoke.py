@@ -259,6 +259,44 @@ def test_tune_cpu(tmp_path, monkeypatch):
     assert "mla_h16: B128_ctx4096_H16" in out.getvalue()
 
 
+def test_tune_mla_candidates_plan_what_they_name(monkeypatch):
+    """Every candidate of the MLA sweeps, set in place as ``tune.py`` sets it, plans its shape with
+    the tile, score form and grid order its label names (meta tensors, the kernel launch recorded,
+    not run), and the H128 sweeps time each grid order "heads" beside its "queries" twin."""
+    tune = _load("tune")
+    mla = tune.mla_kernel
+    launched = []
+    monkeypatch.setattr(mla, "launcher", lambda kernel, grid, **constants: lambda like, **tensors: (
+        launched.append((grid, constants)) if kernel is mla._mla_kernel else None))
+    meta, i32 = torch.device("meta"), dict(dtype=torch.int32, device="meta")
+    for name, sweep in tune.SWEEPS.items():
+        if sweep.table is not mla._CONFIGS and sweep.table is not mla._FP8_CONFIGS:
+            continue
+        s = next(s for s in tune.mla_bench.SHAPES if s.name == sweep.shape)
+        t, blocks = s.batch * s.q_len, math.ceil(s.seq_len / s.block_size)
+        for value in sweep.candidates:
+            launched.clear()
+            with tune._candidate(sweep, value):
+                mla.mla_decode(
+                    torch.empty(t, s.num_heads, s.latent, dtype=s.dtype, device=meta),
+                    torch.empty(t, s.num_heads, s.rope, dtype=s.dtype, device=meta),
+                    torch.empty(s.batch * blocks, s.block_size, s.latent + s.rope, dtype=s.cache_dtype, device=meta),
+                    torch.empty(s.batch, blocks, **i32), torch.empty(s.batch, **i32), torch.empty(s.batch + 1, **i32),
+                    torch.empty(t, s.num_heads, s.latent, dtype=s.dtype, device=meta), None,
+                    scale=0.1, causal=True, kv_scale=torch.empty((), device=meta) if s.cache_dtype != s.dtype else None,
+                    max_query_len=s.q_len,
+                )
+            [(grid, c)] = launched
+            tile_n, warps, stages, _, scores, order = value
+            assert (c["BLOCK_M"], c["TILE_N"], c["num_warps"], c["num_stages"], c["SCORES"]) == (
+                sweep.key, tile_n, warps, stages, scores), (name, value)
+            head_groups = math.ceil(s.num_heads / 64)
+            assert c["HEAD_GROUP_FASTEST"] == (order == "heads") and grid[0 if order == "heads" else 1] == head_groups
+    for name in ("mla_h128", "mla_b1_h128"):
+        heads = [c for c in tune.SWEEPS[name].candidates if c[5] == "heads"]
+        assert heads and all((*c[:5], "queries") in tune.SWEEPS[name].candidates for c in heads), name
+
+
 def test_decode_step_cpu(tmp_path):
     step = _load("decode_step")
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
