@@ -104,7 +104,9 @@ _QUERY_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 #   programs (one per SM) start in the first wave in either order, the empty slots returning at
 #   once: the order only aligns their starts. Where the query blocks would not fit grid axis 1
 #   (_MAX_GRID_Y) the planner keeps "queries" (the same bits). "heads" is a candidate for
-#   BLOCK_M 64 (tune.py mla_h128, mla_b1_h128), not yet timed on a GPU.
+#   BLOCK_M 64 (tune.py mla_h128, mla_b1_h128), not yet timed on a GPU. sm_90, Triton 3.6
+#   (results/sass-sm90-triton3.6-2026-11-24-mla-grid-order): the same registers, stack, shared
+#   memory and wgmma count as "queries" for every H128 candidate; instructions +0 to +16.
 _CONFIGS = {
     16: (64, 4, 2, 2, "rows", "queries"),
     32: (32, 4, 3, 2, "keys", "queries"),
