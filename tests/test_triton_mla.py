@@ -27,6 +27,7 @@ pytest.importorskip("triton")
 import torch_paged_attn  # noqa: E402  (registers the ops)
 from torch_paged_attn import _config  # noqa: E402
 from torch_paged_attn.lowering import reference  # noqa: E402
+from torch_paged_attn.lowering.triton import _launch  # noqa: E402
 from torch_paged_attn.lowering.triton import mla as tmla  # noqa: E402
 from torch_paged_attn.lowering.triton import paged_attention as tpa  # noqa: E402
 from torch_paged_attn.testing import FP8_DTYPES, assert_close, make_block_table, random_cache  # noqa: E402
@@ -276,21 +277,20 @@ def test_page_tiles_interpreted(tile_n: int, monkeypatch) -> None:
     assert launched and all(bs % tn == 0 for bs, tn in launched), launched
 
 
-def _grid_orders(monkeypatch, case: Case, max_grid_y: int | None = None) -> list[tuple]:
+def _grid_orders(monkeypatch, case: Case, device: str = "cpu", max_grid_y: int | None = None) -> list[tuple]:
     """``case`` run with every tile's GRID "queries" and then "heads" (``mla._CONFIGS``): the
     launched ``(grid, HEAD_GROUP_FASTEST)`` of each; the two give the same bits and match the loop."""
     if max_grid_y is not None:
         monkeypatch.setattr(tmla, "_MAX_GRID_Y", max_grid_y)
     launched = []
-    launcher = tmla.launcher
 
     def recording(kernel, grid, **constants):
         if kernel is tmla._mla_kernel:
             launched.append((grid, constants["HEAD_GROUP_FASTEST"]))
-        return launcher(kernel, grid, **constants)
+        return _launch.launcher(kernel, grid, **constants)
 
     monkeypatch.setattr(tmla, "launcher", recording)
-    b = make_batch(case, "cpu", zlib.crc32(case.id.encode()))
+    b = make_batch(case, device, zlib.crc32(case.id.encode()))
     hint = max(case.q_lens) if case.hint else -1
     results = []
     for order in ("queries", "heads"):
@@ -322,8 +322,8 @@ def test_grid_order_axis_limit_interpreted(monkeypatch) -> None:
     """GRID "heads" puts the query blocks on grid axis 1: at most _MAX_GRID_Y of them, else the
     planner keeps them on axis 0 (B2 decode: 2 + 2 + 1 query blocks)."""
     case = Case((1, 1), (70, 33), num_heads=70)
-    assert _grid_orders(monkeypatch, case, max_grid_y=5) == [((5, 2, 1), False), ((2, 5, 1), True)]
-    assert _grid_orders(monkeypatch, case, max_grid_y=4) == [((5, 2, 1), False), ((5, 2, 1), False)]
+    assert _grid_orders(monkeypatch, case, "cpu", max_grid_y=5) == [((5, 2, 1), False), ((2, 5, 1), True)]
+    assert _grid_orders(monkeypatch, case, "cpu", max_grid_y=4) == [((5, 2, 1), False), ((5, 2, 1), False)]
 
 
 def test_grid_order_axis_limit_planned(monkeypatch) -> None:
@@ -471,6 +471,16 @@ def _grid() -> list[Case]:
 @pytest.mark.parametrize("case", _grid(), ids=lambda c: c.id)
 def test_mla_cuda(case: Case) -> None:
     check_case(case, "cuda")
+
+
+@gpu_tier
+def test_grid_orders_cuda(monkeypatch) -> None:
+    """GRID "heads" and "queries" give the same bits with DeepSeek's 128 heads (two head groups):
+    decode, speculative tokens, forced splits, an fp8 cache."""
+    for case in (replace(_BASE, num_heads=128), replace(_BASE, **_MTP, num_heads=128, hint=True),
+                 replace(_BASE, num_heads=128, split_tokens=512, cache_dtype=E4M3)):
+        (grid_q, fast_q), (grid_h, fast_h) = _grid_orders(monkeypatch, case, "cuda")
+        assert (fast_q, fast_h) == (False, True) and grid_h == (grid_q[1], grid_q[0], grid_q[2]) and grid_h[0] == 2
 
 
 @gpu_tier
