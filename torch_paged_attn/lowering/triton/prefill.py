@@ -368,42 +368,27 @@ def _prefill_kernel(
     # Block ids are fetched one tile ahead, as in paged_attention: the K/V addresses depend on
     # them, and Triton pipelines a load in the same iteration as cp.async with a full wait (num 0)
     # at the top of every iteration, which leaves no load in flight across the dots.
-    block = _load_block_ids(seq_row_ptr, stride_bt_block, lo, seq_len, max_blocks, BLOCK_SIZE, TILE_N)
-    for start in range(lo, mid_lo, TILE_N):
-        next_block = _load_block_ids(seq_row_ptr, stride_bt_block, start + TILE_N, seq_len, max_blocks,
-                                        BLOCK_SIZE, TILE_N)
-        m_i, l_i, acc = _tile(
-            q, m_i, l_i, acc, start, block, num_blocks, kv_head,
-            key_cache_ptr, value_cache_ptr, stride_kc_block, stride_kc_slot, stride_kc_head,
-            stride_vc_block, stride_vc_slot, stride_vc_head, qk_scale, softcap, window_left, window_right,
-            chunk_size, chunk_row, pos, slopes, unit, offs_d, offs_dv, HEAD_SIZE, HEAD_SIZE_V, D_PAD, DV_PAD,
-            BLOCK_SIZE, TILE_N, True, CAUSAL, USE_WINDOW, USE_CHUNK, USE_SOFTCAP, USE_ALIBI, IS_FP8,
-            DOT_PRECISION, DOT_UPCAST, LAZY_RESCALE)
-        block = next_block
-    block = _load_block_ids(seq_row_ptr, stride_bt_block, mid_lo, seq_len, max_blocks, BLOCK_SIZE, TILE_N)
-    for start in range(mid_lo, mid_hi, TILE_N):
-        next_block = _load_block_ids(seq_row_ptr, stride_bt_block, start + TILE_N, seq_len, max_blocks,
-                                        BLOCK_SIZE, TILE_N)
-        m_i, l_i, acc = _tile(
-            q, m_i, l_i, acc, start, block, num_blocks, kv_head,
-            key_cache_ptr, value_cache_ptr, stride_kc_block, stride_kc_slot, stride_kc_head,
-            stride_vc_block, stride_vc_slot, stride_vc_head, qk_scale, softcap, window_left, window_right,
-            chunk_size, chunk_row, pos, slopes, unit, offs_d, offs_dv, HEAD_SIZE, HEAD_SIZE_V, D_PAD, DV_PAD,
-            BLOCK_SIZE, TILE_N, False, CAUSAL, USE_WINDOW, USE_CHUNK, USE_SOFTCAP, USE_ALIBI, IS_FP8,
-            DOT_PRECISION, DOT_UPCAST, LAZY_RESCALE)
-        block = next_block
-    block = _load_block_ids(seq_row_ptr, stride_bt_block, mid_hi, seq_len, max_blocks, BLOCK_SIZE, TILE_N)
-    for start in range(mid_hi, kv_hi, TILE_N):
-        next_block = _load_block_ids(seq_row_ptr, stride_bt_block, start + TILE_N, seq_len, max_blocks,
-                                        BLOCK_SIZE, TILE_N)
-        m_i, l_i, acc = _tile(
-            q, m_i, l_i, acc, start, block, num_blocks, kv_head,
-            key_cache_ptr, value_cache_ptr, stride_kc_block, stride_kc_slot, stride_kc_head,
-            stride_vc_block, stride_vc_slot, stride_vc_head, qk_scale, softcap, window_left, window_right,
-            chunk_size, chunk_row, pos, slopes, unit, offs_d, offs_dv, HEAD_SIZE, HEAD_SIZE_V, D_PAD, DV_PAD,
-            BLOCK_SIZE, TILE_N, True, CAUSAL, USE_WINDOW, USE_CHUNK, USE_SOFTCAP, USE_ALIBI, IS_FP8,
-            DOT_PRECISION, DOT_UPCAST, LAZY_RESCALE)
-        block = next_block
+    # The three phases, unrolled at compile time: [lo, mid_lo) and [mid_hi, kv_hi) masked, [mid_lo,
+    # mid_hi) unmasked (MASKED is a constant of each copy of the loop).
+    for phase in tl.static_range(3):
+        if phase == 0:
+            first, end = lo, mid_lo
+        elif phase == 1:
+            first, end = mid_lo, mid_hi
+        else:
+            first, end = mid_hi, kv_hi
+        block = _load_block_ids(seq_row_ptr, stride_bt_block, first, seq_len, max_blocks, BLOCK_SIZE, TILE_N)
+        for start in range(first, end, TILE_N):
+            next_block = _load_block_ids(seq_row_ptr, stride_bt_block, start + TILE_N, seq_len, max_blocks,
+                                         BLOCK_SIZE, TILE_N)
+            m_i, l_i, acc = _tile(
+                q, m_i, l_i, acc, start, block, num_blocks, kv_head,
+                key_cache_ptr, value_cache_ptr, stride_kc_block, stride_kc_slot, stride_kc_head,
+                stride_vc_block, stride_vc_slot, stride_vc_head, qk_scale, softcap, window_left, window_right,
+                chunk_size, chunk_row, pos, slopes, unit, offs_d, offs_dv, HEAD_SIZE, HEAD_SIZE_V, D_PAD,
+                DV_PAD, BLOCK_SIZE, TILE_N, phase != 1, CAUSAL, USE_WINDOW, USE_CHUNK, USE_SOFTCAP, USE_ALIBI,
+                IS_FP8, DOT_PRECISION, DOT_UPCAST, LAZY_RESCALE)
+            block = next_block
 
     # -- epilogue: out [BLOCK_M, DV_PAD] = acc / l * v_scale, lse [BLOCK_M] natural log --
     out, lse = merged_to_output(m_i, l_i, acc, v_scale)
