@@ -10,7 +10,8 @@ synchronisation that returns the sampled tokens. Per step the host:
    ``ids [T] | positions [T] | slot_mapping [T] | seq_lens [B] | query_start_loc [B+1] |
    logits rows [B] | block_table [B, MB] | temperature [B] (f32 bits) | top_k [B] | top_p [B]
    (f32 bits) | seed [B] | sample position [B]``, and copies it to the device in one transfer; the
-   model and the sampler read views of the device copy;
+   model and the sampler read views of the device copy (not ``MetadataBuilder``, which makes
+   tensors per sequence and field and copies five buffers a step: this is the hot path);
 3. runs the model: a decode-only step of ``B`` requests replays the CUDA graph captured for the
    smallest batch bucket ``>= B`` (padding rows: ``seq_len`` 0, slot -1, ``query_start_loc`` flat,
    as DESIGN.md describes them), any other step runs the model eagerly;
