@@ -22,6 +22,8 @@
 #   sweeps-a sweeps-b   tune.py tile sweeps: MLA MTP (both score orientations), fp8 decode (attention,
 #                MLA); prefill, chunked prefill,
 #                MLA H128 and B1 x 32768 H128 (not in the default list: run them after a kernel change)
+#   ncu          Nsight Compute on every shape that misses its target: one warm launch each
+#                (benchmarks/ncu_profile.py), speed of light, memory, warp states; not in the default list
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-benchmarks/results}"; shift || true
@@ -84,6 +86,28 @@ for part in "${parts[@]}"; do
         [ "$part" = sweeps-b ] && sweeps=attn_prefill,attn_chunked,mla_h128,mla_b1_h128
         echo "== benchmarks/tune.py --sweeps $sweeps =="
         python3 benchmarks/tune.py --sweeps "$sweeps" --out "$out" 2>"$out/$part-progress.log" | tee "$out/$part.txt" ;;
-    *) echo "unknown part $part (tests-a tests-b fuzz-a fuzz-b fuzz-c memcheck attention other sweeps-a sweeps-b)"; exit 2 ;;
+    ncu)  # the kernel-level profile of every shape that misses its target (benchmarks/ncu_profile.py)
+        echo "== ncu =="
+        profile() {  # profile NAME KERNEL_REGEX LAUNCHES SHAPE [profile.py options]
+            local name=$1 regex=$2 count=$3; shift 3
+            timeout 240 ncu --profile-from-start off --kernel-name "regex:$regex" --launch-count "$count" \
+              --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+              --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
+              --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct \
+              python3 benchmarks/ncu_profile.py "$@" > "$out/ncu-$name.txt" 2>&1
+            echo "ncu $name exit code: $?"
+            grep -E "^  [_a-z]+kernel|Duration|DRAM Throughput|Compute \(SM\) Throughput|dram__bytes_read.sum|lts__t_sector_hit|Registers Per|Achieved Occupancy|Issue Slots Busy" "$out/ncu-$name.txt" | head -24
+        }
+        profile prefill _prefill_kernel 1 prefill_B4_q2048
+        profile chunked _prefill_kernel 1 chunked_prefill_B4_q512_ctx4096
+        profile mla-h128 _mla_kernel 1 B64_ctx4096_H128
+        profile mla-h128-heads _mla_kernel 1 B64_ctx4096_H128 --sweep mla_h128 --candidate 8
+        profile mla-b1-h128 "_mla_kernel|_combine_kernel" 2 B1_ctx32768_H128
+        profile mla-mtp _mla_kernel 1 mtp2_B64_ctx4096_H16
+        profile mla-fp8 _mla_kernel 1 fp8_B128_ctx4096_H16
+        profile mla-h16 _mla_kernel 1 B128_ctx4096_H16
+        profile decode-fp8 "_attention_kernel|_combine_kernel" 2 decode_fp8_B64_ctx4096
+        profile decode-b1 "_attention_kernel|_combine_kernel" 2 decode_B1_ctx32768 ;;
+    *) echo "unknown part $part (tests-a tests-b fuzz-a fuzz-b fuzz-c memcheck attention other sweeps-a sweeps-b ncu)"; exit 2 ;;
     esac
 done
