@@ -118,8 +118,17 @@ _CONFIGS = {
 # the values were then read from shared memory a byte at a time (128 LDS.U8 a tile, 255 registers,
 # 56-byte stack on sm_90). Converted in place, the fp16 tile is staged in shared memory: (32, 4, 3)
 # needs 118 KiB (one program per SM where 4 were planned), (32, 4, 2) 100 KiB and 224 registers,
-# two programs per SM; not yet measured (``tune.py --sweeps mla_fp8``).
-_FP8_CONFIGS = {**_CONFIGS, 16: (32, 4, 2, 2, "rows", "queries")}
+# two programs per SM. H100, 2026-11-24 (tune.py mla_fp8, copy 2920-2968 GB/s, two runs;
+# results/tune-NVIDIA-H100-80GB-HBM3-2026-11-24-mla-fp8*.txt), % of copy on the bytes moved:
+# SCORES "keys", one stage: (64, 4, 1, 2) 51.3 / 52.0 (198.4 / 198.9 us), (64, 4, 1, 4) 49.0 /
+# 49.8, (128, 8, 1, 1) 43.0, (64, 4, 2, 1) 40.4 / 41.1, (64, 4, 1, 1) 29.9 / 30.5; "rows": the
+# previous entry (32, 4, 2, 2) 38.7 / 39.6, (64, 4, 2, 1) 36.2. With the latent tile as the first
+# operand of the score dots and no cp.async stage, the tile is loaded to registers, converted once
+# and staged in shared memory as fp16 for both products (sm_90, Triton 3.6: 19 SASS instructions
+# a key against 29, 86 KiB shared memory, 255 registers, 8-byte stack). ncu of the previous entry:
+# 26 % of warps stalled on shared-memory results (short scoreboard), 17 % on MIO throttle, tensor
+# pipe 11.7 % active (results/gpu-2026-11-24).
+_FP8_CONFIGS = {**_CONFIGS, 16: (64, 4, 1, 2, "keys", "queries")}
 # Heads one program holds (the M dimension of the dots is at most 64 rows).
 _MAX_HEADS_PER_PROGRAM = 64
 _MAX_BLOCK_M = 64
