@@ -282,6 +282,18 @@ def test_batch_invariant_interpreted() -> None:
     check_batch_invariance("cpu", (3,), kv_len=300, max_other=400, split=128)
 
 
+@interpreter_tier
+def test_batch_invariant_across_merge_paths_interpreted(monkeypatch) -> None:
+    """With 4 SMs (8 resident programs of this tile): alone, the sequence's splits go through
+    the workspace and the combine kernel; among 5 (10 programs, which fill the slots) each
+    program merges its own splits. The same bits either way."""
+    monkeypatch.setattr(tpa, "_num_sms", lambda device: 4)
+    tile = tpa._DECODE_CONFIGS[64]
+    assert tpa._fills_slots(5 * 2, torch.device("cpu"), tile[4])  # 5 sequences x 2 kv heads
+    assert not tpa._fills_slots(1 * 2, torch.device("cpu"), tile[4])
+    check_batch_invariance("cpu", (5,), kv_len=300, max_other=400, split=128)
+
+
 def check_long_sequences_split_finer(device: str, split: int, long_split: int, long_from: int, kv_len: int,
                                      max_other: int, sizes: tuple[int, ...]) -> None:
     """Batch-invariant mode splits a sequence longer than ``long_from`` keys at multiples of
