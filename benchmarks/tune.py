@@ -87,6 +87,12 @@ SWEEPS = {
     "attn_b1": Sweep("decode_B1_ctx32768", _ATTN_DECODE, 128, (
         (16, 128, 4, 2, 2), (16, 128, 4, 2, 1), (16, 128, 4, 2, 3), (16, 128, 4, 2, 4), (16, 64, 4, 3, 2),
         (16, 64, 4, 3, 4), (16, 128, 4, 3, 2), (16, 256, 4, 2, 2))),
+    # the D 128 decode tile on the MHA and B64 shapes (one entry serves every decode shape)
+    "attn_mha": Sweep("decode_mha_B32_ctx2048", _ATTN_DECODE, 128, (
+        (16, 128, 4, 2, 2), (16, 128, 4, 3, 2), (16, 256, 4, 2, 2), (16, 128, 4, 2, 3), (16, 64, 4, 3, 4),
+        (16, 128, 4, 2, 1), (16, 64, 4, 2, 4))),
+    "attn_b64": Sweep("decode_B64_ctx4096", _ATTN_DECODE, 128, (
+        (16, 128, 4, 2, 2), (16, 128, 4, 3, 2), (16, 256, 4, 2, 2), (16, 128, 4, 2, 3), (16, 64, 4, 3, 4))),
     "attn_prefill": Sweep("prefill_B4_q2048", _HOPPER_PREFILL, 128, _HOPPER_TILES),
     "attn_chunked": Sweep("chunked_prefill_B4_q512_ctx4096", _HOPPER_PREFILL, 128, _HOPPER_TILES),
     "attn_prefill_shared": Sweep("prefill_B4_q2048", _ATTN_PREFILL, 128, _PREFILL_TILES, hopper_prefill=False),
