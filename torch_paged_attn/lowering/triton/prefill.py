@@ -50,7 +50,9 @@ from ._softmax import LOG2E, merged_to_output
 # The 3-stage tile stays until the 4-stage one has been through the GPU tests (it was only timed).
 # sm_90, Triton 3.6 (``benchmarks/sass_report.py``, results/sass-sm90-triton3.6-2026-11-23-
 # prefill*.txt): this tile 232 registers, no stack, 452 SASS instructions a 64-key inner tile
-# against 828 in the shared kernel; TILE_N 128 spills (D <= 64 takes the D 128 tile).
+# against 828 in the shared kernel; TILE_N 128 spills (D <= 64 takes the D 128 tile). With the
+# slots and block indices of a tile taken from its aligned start (``_tile``, ``_load_block_ids``):
+# 405 instructions a tile, 227 registers (2026-11-24; not yet timed on a GPU).
 _CONFIGS = {
     9: {
         16: (128, 64, 8, 3, True, False),
@@ -160,7 +162,10 @@ def _tile(q, m_i, l_i, acc, start, block, num_blocks, kv_head,
     row's range with ids the program checked up front, so they carry neither."""
     # -- block ids: [TILE_N]; -1 and ids outside [0, NB) hide their keys --
     offs_n = start + tl.arange(0, TILE_N)
-    slot = offs_n % BLOCK_SIZE
+    if TILE_N % BLOCK_SIZE == 0:  # start is a multiple of TILE_N: the same slots every tile
+        slot = tl.arange(0, TILE_N) % BLOCK_SIZE
+    else:
+        slot = offs_n % BLOCK_SIZE
     if MASKED:
         key_ok = (block >= 0) & (block < num_blocks)
         block = tl.where(key_ok, block, 0)
