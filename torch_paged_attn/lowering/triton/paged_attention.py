@@ -60,10 +60,12 @@ _DECODE_CONFIGS = {
     128: (16, 128, 4, 2, 2),
     256: (16, 64, 4, 2, 2),  # the same 64 KiB of K and V per tile as D 128
 }
-# sm_90, Triton 3.6 (sass_report, 2026-11-24): the slots and block indices of a tile taken from
-# its aligned start (``_load_block_ids``, the key loop) cut the D 128 decode loop from 958 to 752
-# instructions a tile (B1 x 32768: 976 -> 765, 234 -> 180 registers; fp8: 1120 -> 1022); not
-# yet timed on a GPU.
+# The slots and block indices of a tile taken from its aligned start (as ``prefill._tile`` does)
+# cut this loop from 958 to 752 SASS instructions a tile and 228 to 168 registers (sm_90, Triton
+# 3.6), but ran slower on an H100 (2026-11-24, graph replays, results/gpu-2026-11-24/pa-slots.txt):
+# B64 x 4096 374.8 against 361.2 us, B8 x 8192 Hq64 102.1 against 97.9, fp8 216.2 against 213.2
+# (a third program fits an SM at 168 registers, and B64's 512 programs then run 1.3 waves of 396
+# slots instead of 1.9 of 264); B1 x 32768 58.1 against 58.5. So decode keeps the per-key form.
 # fp8 caches (decode, D 128): the 1-byte tiles fit a third stage. H100, 2026-11-23, B64 x 4096
 # e4m3 (tune.py attn_fp8, two runs), % of copy on the bytes moved: (16, 128, 4, 3, 4) 88.2,
 # (16, 128, 4, 3, 3) 85.8 / 84.6, (16, 128, 4, 3, 2) 85.6, the bf16 tile (16, 128, 4, 2, 2) 67.3,
@@ -173,15 +175,9 @@ def _find_sequence(query_start_loc_ptr, stride_qsl, num_seqs, target, BLOCK_Q: t
 def _load_block_ids(block_row_ptr, stride_bt_block, start, seq_len, max_blocks, BLOCK_SIZE: tl.constexpr,
                     TILE_N: tl.constexpr):
     """Cache block of key positions ``start .. start + TILE_N - 1``: [TILE_N] int32, -1 for
-    positions past ``seq_len`` or past the block table (those are never read). ``start`` is a
-    multiple of ``TILE_N`` and at least 0 (every key tile of every kernel here), so where
-    ``BLOCK_SIZE`` divides ``TILE_N`` the block index is one scalar division plus a constant
-    pattern (no per-key signed division)."""
+    positions past ``seq_len`` or past the block table (those are never read)."""
     offs_n = start + tl.arange(0, TILE_N)
-    if TILE_N % BLOCK_SIZE == 0:
-        block_idx = start // BLOCK_SIZE + tl.arange(0, TILE_N) // BLOCK_SIZE
-    else:
-        block_idx = offs_n // BLOCK_SIZE
+    block_idx = offs_n // BLOCK_SIZE
     in_seq = (offs_n < seq_len) & (block_idx < max_blocks)
     return tl.load(block_row_ptr + block_idx * stride_bt_block, mask=in_seq, other=-1)
 
@@ -411,10 +407,7 @@ def _attention_kernel(
                                          seq_len, max_blocks, BLOCK_SIZE, TILE_N)
             key_ok = (block >= 0) & (block < num_blocks)  # -1: past the sequence or the table
             block = tl.where(key_ok, block, 0).to(tl.int64)
-            if TILE_N % BLOCK_SIZE == 0:  # start is a multiple of TILE_N: the same slots every tile
-                slot = tl.arange(0, TILE_N) % BLOCK_SIZE
-            else:
-                slot = offs_n % BLOCK_SIZE
+            slot = offs_n % BLOCK_SIZE
 
             # -- load K tile: [TILE_N, D_PAD] --
             k_rows = block * stride_kc_block + slot * stride_kc_slot + kv_head * stride_kc_head
