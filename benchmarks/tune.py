@@ -64,6 +64,11 @@ _HOPPER_PREFILL = prefill_kernel._CONFIGS[9]
 _HOPPER_TILES = tuple((*tile, lazy) for lazy in (False, True) for tile in (
     (128, 64, 8, 3, True), (128, 64, 8, 2, True), (128, 64, 8, 4, True), (128, 64, 8, 3, False),
     (128, 64, 8, 2, False), (64, 64, 4, 3, True), (64, 64, 4, 2, True))) + ((128, 32, 8, 4, True, True),)
+# TILE_N 128 after the tile's slots and block ids came from its aligned start (2026-11-24, sass_report):
+# the unmasked loop is 655 instructions per 128 keys (405 per 64 at TILE_N 64) with one spill
+# instruction; the masked (diagonal) loop spills 70; and the 4-stage TILE_N 64 tile beside the default
+_HOPPER_TILES_WIDE = ((128, 64, 8, 3, True, False), (128, 128, 8, 2, True, False), (128, 128, 8, 2, True, True),
+                      (128, 64, 8, 4, True, False), (128, 128, 8, 2, False, False))
 # the shared kernel's prefill tiles (other architectures, D 256, fp32), run with the Hopper kernel off
 _PREFILL_TILES = (
     (128, 64, 8, 3, 1), (128, 64, 8, 2, 1), (128, 128, 8, 2, 1), (128, 128, 8, 3, 1), (128, 32, 8, 4, 1),
@@ -95,6 +100,8 @@ SWEEPS = {
         (16, 128, 4, 2, 2), (16, 128, 4, 3, 2), (16, 256, 4, 2, 2), (16, 128, 4, 2, 3), (16, 64, 4, 3, 4))),
     "attn_prefill": Sweep("prefill_B4_q2048", _HOPPER_PREFILL, 128, _HOPPER_TILES),
     "attn_chunked": Sweep("chunked_prefill_B4_q512_ctx4096", _HOPPER_PREFILL, 128, _HOPPER_TILES),
+    "attn_prefill_wide": Sweep("prefill_B4_q2048", _HOPPER_PREFILL, 128, _HOPPER_TILES_WIDE),
+    "attn_chunked_wide": Sweep("chunked_prefill_B4_q512_ctx4096", _HOPPER_PREFILL, 128, _HOPPER_TILES_WIDE),
     "attn_prefill_shared": Sweep("prefill_B4_q2048", _ATTN_PREFILL, 128, _PREFILL_TILES, hopper_prefill=False),
     "attn_chunked_shared": Sweep("chunked_prefill_B4_q512_ctx4096", _ATTN_PREFILL, 128, _PREFILL_TILES,
                                  hopper_prefill=False),
