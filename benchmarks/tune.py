@@ -66,7 +66,10 @@ _HOPPER_TILES = tuple((*tile, lazy) for lazy in (False, True) for tile in (
     (128, 64, 8, 2, False), (64, 64, 4, 3, True), (64, 64, 4, 2, True))) + ((128, 32, 8, 4, True, True),)
 # TILE_N 128 after the tile's slots and block ids came from its aligned start (2026-11-24, sass_report):
 # the unmasked loop is 655 instructions per 128 keys (405 per 64 at TILE_N 64) with one spill
-# instruction; the masked (diagonal) loop spills 70; and the 4-stage TILE_N 64 tile beside the default
+# instruction; the masked (diagonal) loop spills 70; and the 4-stage TILE_N 64 tile beside the default.
+# H100, 2026-11-24 (results/tune-NVIDIA-H100-80GB-HBM3-2026-11-24-prefill-wide.txt), prefill / chunked
+# us: (128, 64, 8, 3) 415.1 / 349.1, 4 stages 418.6 / 342.9, (128, 128, 8, 2) 514.9 / 449.4, lazy
+# 497.8 / 416.2: TILE_N 128 stays out of the table.
 _HOPPER_TILES_WIDE = ((128, 64, 8, 3, True, False), (128, 128, 8, 2, True, False), (128, 128, 8, 2, True, True),
                       (128, 64, 8, 4, True, False), (128, 128, 8, 2, False, False))
 # the shared kernel's prefill tiles (other architectures, D 256, fp32), run with the Hopper kernel off
