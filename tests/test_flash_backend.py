@@ -5,11 +5,16 @@ CPU tier (CI, no FlashAttention): the switch (set_backend, backend(), TORCH_PAGE
 each adapter's supports table against the contract's features, and the FA4 argument mapping
 through a fake ``flash_attn.cute`` whose ``flash_attn_varlen_func`` is plain torch written from
 FA4's documented semantics (head-major natural-log LSE, bottom-right causal, ``None`` windows,
-raw-logit sinks, rows past ``cu_seqlens_q[-1]`` left unwritten), checked against the float64 loop.
+raw-logit sinks, rows past ``cu_seqlens_q[-1]`` left unwritten), checked against the float64 loop;
+the kernels around the call (``flash_kernels``, interpreted with TRITON_INTERPRET=1, and their
+torch formulation) against their plain-torch definitions: padding rows of a poisoned ``out``
+zeroed, real rows untouched, bad block ids, with and without an LSE, strided index tensors, and
+the launches counted (one beside FA4 on the common call); the private op through the dispatcher.
 
 GPU tier (CUDA and an importable ``flash_attn.cute``): parity with the reference over what FA4
-supports, the Triton fallback for what it does not, CUDA-graph capture/replay, and
-torch.compile(fullgraph=True) with one paged_attn node.
+supports, the Triton fallback for what it does not, padding rows and bad block ids in a poisoned
+``out`` (FA4 writing into it or through its own buffer), CUDA-graph capture/replay with and
+without an LSE, and torch.compile(fullgraph=True) with one paged_attn node.
 """
 
 from __future__ import annotations
