@@ -28,11 +28,15 @@ rejects such tables.
 
 No pass over the output: FA4 writes into the caller's ``out`` (``interface._flash_attn_fwd``'s
 ``out=``, when ``out``'s layout is one FA4 takes: contiguous last dimension, 16-byte aligned
-strides), and two small kernels (``flash_kernels``) do the rest: one launch before the call
-guards the lengths against bad block ids, one after writes the padding rows and the LSE in the
-contract's layout (a ``[T, Hq]`` float32 copy, the only data moved beside FlashAttention's).
-FA3 and FA2 (fallbacks) and outputs FA4 does not take still run through FlashAttention's own
-buffer and one copy.
+strides), and small kernels (``flash_kernels``) do the rest. The common call (FA4 into ``out``, no
+LSE) costs one launch beside FlashAttention's, before it: it zeroes the length of each sequence
+with a bad block id and the padding rows of ``out``, which FlashAttention never writes. A launch
+after the call runs only where it has work: an LSE to write in the contract's layout (a ``[T,
+Hq]`` float32 copy, the only data moved beside FlashAttention's), or padding rows to zero again
+after FlashAttention's own buffer was copied over ``out`` (FA3 and FA2, the fallbacks, and outputs
+FA4 does not take). What a call of one signature needs beside its tensors (FlashAttention's fixed
+arguments, the kernels' launchers) is derived once (``_Plan``): at plan time for eager calls
+(``prepare_paged_attention``), at a signature's first run otherwise. Not yet timed on a GPU.
 
 Graphs: the call goes through the private opaque op ``paged_attn::_flash_attention`` (a
 ``torch.library.custom_op`` that mutates exactly ``out`` and ``lse``, with a fake), so Inductor,
@@ -271,54 +275,180 @@ def _fa4_forward() -> Any:
         return None
 
 
-def _fa4_out_ok(out: Tensor) -> bool:
-    """Whether FA4 writes into ``out`` as it is (its ``validate_output_layout``: contiguous last
-    dimension, address and strides aligned to 16 bytes, 32 for a head size of 512, no broadcast)."""
+def _fa4_out_alignment(out: Tensor) -> int:
+    """FA4's output layout rule (its ``validate_output_layout``): contiguous last dimension, no
+    broadcast, address and strides aligned to the returned number of bytes (32 for a head size of
+    512, else 16), or 0 when ``out``'s strides break it (its address is checked per call)."""
     size, align = out.element_size(), 32 if out.shape[-1] == 512 else 16
-    return (out.stride(-1) == 1 and out.data_ptr() % align == 0
-            and all(st != 0 and st * size % align == 0 for st in out.stride()[:-1]))
+    ok = out.stride(-1) == 1 and all(st != 0 and st * size % align == 0 for st in out.stride()[:-1])
+    return align if ok else 0
 
 
-def _call(adapter: str, q, k, v, block_table, seq_lens, query_start_loc, qv, out, *, scale, causal,
-          window_left, window_right, softcap, alibi_slopes, sinks, max_query_len, return_lse):
-    """One FlashAttention call: ``(o, lse in FA's layout or None, lse_is_head_major)``; ``o`` is
-    ``out`` itself when FlashAttention wrote into it, else FlashAttention's own buffer."""
-    fn = _function(adapter)
-    num_tokens = q.shape[0] if q is not None else qv.shape[0]
-    max_q = min(max_query_len, num_tokens) if max_query_len > 0 else num_tokens  # a bound, never a tensor value
+class _Plan:
+    """What a FlashAttention call of one signature (shapes, strides, dtypes, device and option
+    values of its arguments, never tensor values) needs beside its tensors, derived once: the
+    FlashAttention function and its fixed keyword arguments, whether FA4 writes into ``out``
+    (its strides here, its address per call), the layout of FlashAttention's LSE, and the
+    launchers of the kernels around the call (``flash_kernels``; the torch formulation where
+    Triton does not run: CPU tensors without its interpreter). Calling it runs the private op's
+    body: one launch before the call, FlashAttention, and a launch after it only when there is an
+    LSE to write or FlashAttention's own buffer was copied into ``out``."""
+
+    def __init__(self, adapter: str, block_table: Tensor, seq_lens: Tensor, query_start_loc: Tensor,
+                 key_cache: Tensor, qv: Tensor | None, out: Tensor, lse: Tensor | None, scale: float,
+                 causal: bool, window_left: int, window_right: int, softcap: float, max_query_len: int):
+        num_tokens, num_heads, head_size_v = out.shape
+        num_seqs = block_table.shape[0]
+        self.adapter, self.num_tokens, self.num_seqs = adapter, num_tokens, num_seqs
+        self.num_blocks, self.block_size = key_cache.shape[0], key_cache.shape[1]
+        self.function = _function(adapter)
+        self.scale, self.causal, self.softcap = scale, causal, softcap
+        self.window_left, self.window_right = window_left, window_right
+        self.return_lse = lse is not None
+        self.max_q = min(max_query_len, num_tokens) if max_query_len > 0 else num_tokens  # a bound, never a value
+        # FlashAttention's must be contiguous (FA4 asserts it; its page table's rows too): the
+        # contract lets them be strided views, copied then
+        self.qsl_contiguous = query_start_loc.is_contiguous()
+        self.table_rows_contiguous = block_table.stride(1) == 1 or block_table.shape[1] <= 1
+        # FlashAttention's LSE: [H, T], or [T, H] from FA4 with qv (MLA)
+        self.head_major = adapter != "fa4" or qv is None
+        self.src_shape = (num_heads, num_tokens) if self.head_major else (num_tokens, num_heads)
+        self.forward, self.align = None, 0
+        if adapter == "fa4":
+            left = window_left if window_left >= 0 else None
+            right = window_right if window_right >= 0 and not causal else None
+            common = dict(max_seqlen_q=self.max_q, softmax_scale=scale, causal=causal, softcap=softcap,
+                          return_lse=self.return_lse)
+            self.forward_kwargs = dict(common, window_size_left=left, window_size_right=right)
+            self.public_kwargs = dict(common, window_size=(left, right))
+            forward = _fa4_forward()
+            self.align = _fa4_out_alignment(out) if forward is not None else 0
+            self.forward = forward if self.align else None
+        self._kernels(block_table, seq_lens, query_start_loc, out, lse)
+
+    def _kernels(self, block_table, seq_lens, query_start_loc, out, lse) -> None:
+        self.before_launch = self.after_launch = None  # (copied, in place) -> launcher or None
+        if not _kernels_run_on(out):
+            return
+        from . import flash_kernels as fk
+        from .triton._launch import cdiv, launcher, next_power_of_2
+
+        num_tokens, num_heads, head_size_v = out.shape
+        rows = dict(num_seqs=self.num_seqs, num_tokens=num_tokens, stride_o_tok=out.stride(0),
+                    stride_o_head=out.stride(1), stride_qsl=query_start_loc.stride(0), NUM_HEADS=num_heads,
+                    HEAD_SIZE_V=head_size_v, BLOCK_T=fk.BLOCK_T, BLOCK_D=min(next_power_of_2(head_size_v), 128))
+        guard = dict(num_blocks=self.num_blocks, stride_bt_seq=block_table.stride(0),
+                     stride_bt_block=block_table.stride(1), stride_sl=seq_lens.stride(0), BLOCK_SIZE=self.block_size,
+                     BLOCK_PAGES=fk.BLOCK_PAGES)
+        padding_programs = cdiv(num_tokens, fk.BLOCK_T)
+        # indexed by zero_padding: False where FlashAttention's buffer is copied over every row of
+        # out (the padding rows are zeroed after the copy), True where FA4 writes into out (it
+        # never writes a padding row: they are zeroed here, with the guard, in the one launch)
+        self.before_launch = (
+            launcher(fk.before_call_kernel, (self.num_seqs,), **guard, **rows, ZERO_PADDING=False)
+            if self.num_seqs > 0 else None,
+            launcher(fk.before_call_kernel, (self.num_seqs + padding_programs,), **guard, **rows, ZERO_PADDING=True),
+        )
+        has_lse = lse is not None
+        lse_args = dict(
+            lse_ptr=None, src_ptr=None, stride_lse_tok=0, stride_lse_head=0, stride_src_a=0,
+        ) if not has_lse else dict(
+            stride_lse_tok=lse.stride(0), stride_lse_head=lse.stride(1),
+            stride_src_a=self.src_shape[1],  # src is contiguous (``_after``)
+        )
+        lse_args.update(BLOCK_H=min(next_power_of_2(num_heads), 64), HAS_LSE=has_lse,
+                        SRC_TOKEN_MAJOR=not self.head_major)
+        # indexed by in_place: after a copy, the padding rows (and the LSE); into out, the LSE alone
+        self.after_launch = (
+            launcher(fk.after_call_kernel, (padding_programs,), **rows, **lse_args, ZERO_PADDING=True),
+            launcher(fk.after_call_kernel, (padding_programs,), **rows, **lse_args, ZERO_PADDING=False)
+            if has_lse else None,
+        )
+
+    def __call__(self, query: Tensor, key_cache: Tensor, value_cache: Tensor, block_table: Tensor, seq_lens: Tensor,
+                 query_start_loc: Tensor, qv: Tensor | None, out: Tensor, lse: Tensor | None,
+                 alibi_slopes: Tensor | None, sinks: Tensor | None) -> None:
+        in_place = self.forward is not None and out.data_ptr() % self.align == 0
+        guarded = self._before(block_table, seq_lens, query_start_loc, out, in_place)
+        cu_seqlens_q = query_start_loc if self.qsl_contiguous else query_start_loc.contiguous()
+        page_table = block_table if self.table_rows_contiguous else block_table.contiguous()
+        o, src = _call(self.adapter, self, query, key_cache, value_cache, page_table, guarded, cu_seqlens_q, qv,
+                       out if in_place else None, alibi_slopes, sinks)
+        if not in_place:  # FlashAttention's own buffer (an output layout FA4 does not take, FA3, FA2)
+            out.copy_(o[: self.num_tokens])
+        if lse is not None or not in_place:
+            self._after(out, lse, src, query_start_loc, in_place)
+
+    def _before(self, block_table: Tensor, seq_lens: Tensor, query_start_loc: Tensor, out: Tensor,
+                zero_padding: bool) -> Tensor:
+        """``seq_lens`` with 0 for each sequence whose table has an id outside ``[0, NB)`` in its
+        used part and, with ``zero_padding``, the padding rows of ``out`` zeroed
+        (``flash_kernels.before_call_kernel``, one launch)."""
+        guarded = torch.empty(self.num_seqs, dtype=torch.int32, device=seq_lens.device)
+        if self.before_launch is None:  # the torch formulation
+            ok = (block_table >= 0) & (block_table < self.num_blocks)
+            used = torch.arange(block_table.shape[1], device=block_table.device) * self.block_size < seq_lens[:, None]
+            guarded.copy_(torch.where((used & ~ok).any(dim=1), 0, seq_lens))
+            if zero_padding:
+                valid = torch.arange(self.num_tokens, device=out.device) < query_start_loc[-1]
+                out.masked_fill_(~valid[:, None, None], 0)
+            return guarded
+        go = self.before_launch[zero_padding]
+        if go is not None:
+            go(out, block_table_ptr=block_table, seq_lens_ptr=seq_lens, guarded_ptr=guarded, out_ptr=out,
+               query_start_loc_ptr=query_start_loc)
+        return guarded
+
+    def _after(self, out: Tensor, lse: Tensor | None, src: Tensor | None, query_start_loc: Tensor,
+               in_place: bool) -> None:
+        """``lse`` from FlashAttention's ``src`` (``+inf``, FA2's empty row, as ``-inf``; padding
+        rows ``-inf``) and, unless ``in_place``, the padding rows of ``out`` zeroed
+        (``flash_kernels.after_call_kernel``, one launch; real rows of ``out`` untouched)."""
+        if self.after_launch is None:  # the torch formulation
+            valid = torch.arange(self.num_tokens, device=out.device) < query_start_loc[-1]
+            if not in_place:
+                out.masked_fill_(~valid[:, None, None], 0)
+            if lse is not None:
+                x = src.t() if self.head_major else src
+                x = torch.where(x == float("inf"), float("-inf"), x)
+                lse.copy_(torch.where(valid[:, None], x[: self.num_tokens], float("-inf")))
+            return
+        if lse is None:
+            self.after_launch[0](out, out_ptr=out, query_start_loc_ptr=query_start_loc)
+            return
+        if src.dtype is not torch.float32 or src.shape != self.src_shape or not src.is_contiguous():
+            # the kernel reads src as a contiguous float32 [H, T] ([T, H]); FlashAttention's is one
+            src = (src[:, : self.num_tokens] if self.head_major else src[: self.num_tokens]).float().contiguous()
+        self.after_launch[in_place](out, out_ptr=out, lse_ptr=lse, src_ptr=src, query_start_loc_ptr=query_start_loc)
+
+
+def _call(adapter: str, plan: _Plan, q, k, v, block_table, seq_lens, query_start_loc, qv, out, alibi_slopes, sinks):
+    """One FlashAttention call: ``(o, lse in FA's layout or None)``; ``o`` is ``out`` when it is
+    given (FA4 writes into it), else FlashAttention's own buffer."""
     if adapter == "fa4":
-        left = window_left if window_left >= 0 else None
-        right = window_right if window_right >= 0 and not causal else None
-        forward = _fa4_forward()
-        query_start_loc = query_start_loc.contiguous()  # FA4 asserts it (1-D: any stride passes validation)
-        if forward is not None and _fa4_out_ok(out):
-            o, lse = forward(q, k, v, qv=qv, cu_seqlens_q=query_start_loc, max_seqlen_q=max_q, seqused_k=seq_lens,
-                             page_table=block_table, softmax_scale=scale, causal=causal, window_size_left=left,
-                             window_size_right=right, learnable_sink=sinks, softcap=softcap,
-                             return_lse=return_lse, out=out)[:2]
-            return o, lse if return_lse else None, qv is None
-        res = fn(q, k, v, qv=qv, cu_seqlens_q=query_start_loc, max_seqlen_q=max_q, seqused_k=seq_lens,
-                 page_table=block_table, softmax_scale=scale, causal=causal, window_size=(left, right),
-                 learnable_sink=sinks, softcap=softcap, return_lse=return_lse)
+        if out is not None:
+            return plan.forward(q, k, v, qv=qv, cu_seqlens_q=query_start_loc, seqused_k=seq_lens,
+                                page_table=block_table, learnable_sink=sinks, out=out, **plan.forward_kwargs)[:2]
+        res = plan.function(q, k, v, qv=qv, cu_seqlens_q=query_start_loc, seqused_k=seq_lens, page_table=block_table,
+                            learnable_sink=sinks, **plan.public_kwargs)
         o, lse = res if isinstance(res, tuple) else (res, None)
-        return o, lse, qv is None
+        return o, lse if plan.return_lse else None
     # FA3 and FA2 may read table entries past a row's used part: ids made valid (0) for them
-    num_blocks = k.shape[0]
-    block_table = torch.where((block_table >= 0) & (block_table < num_blocks), block_table, 0)
-    q, seq_lens, query_start_loc = q.contiguous(), seq_lens.contiguous(), query_start_loc.contiguous()
-    window = (window_left, -1 if causal else window_right)
+    fn, max_q, return_lse = plan.function, plan.max_q, plan.return_lse
+    block_table = torch.where((block_table >= 0) & (block_table < plan.num_blocks), block_table, 0)
+    q, seq_lens = q.contiguous(), seq_lens.contiguous()
+    window = (plan.window_left, -1 if plan.causal else plan.window_right)
     if adapter == "fa3":
         res = fn(q, k, v, cache_seqlens=seq_lens, page_table=block_table, cu_seqlens_q=query_start_loc,
-                 max_seqlen_q=max_q, softmax_scale=scale, causal=causal, window_size=window,
-                 softcap=softcap, return_softmax_lse=return_lse)
-        o, lse = (res[0], res[1]) if return_lse else (res, None)
-        return o, lse, True
+                 max_seqlen_q=max_q, softmax_scale=plan.scale, causal=plan.causal, window_size=window,
+                 softcap=plan.softcap, return_softmax_lse=return_lse)
+        return (res[0], res[1]) if return_lse else (res, None)
     cu_seqlens_k = torch.nn.functional.pad(seq_lens.cumsum(0, dtype=torch.int32), (1, 0))
     o, lse, _ = fn(q, k, v, cu_seqlens_q=query_start_loc, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_q,
-                   max_seqlen_k=block_table.shape[1] * k.shape[1], dropout_p=0.0, softmax_scale=scale,
-                   causal=causal, window_size=window, softcap=softcap, alibi_slopes=alibi_slopes,
+                   max_seqlen_k=block_table.shape[1] * k.shape[1], dropout_p=0.0, softmax_scale=plan.scale,
+                   causal=plan.causal, window_size=window, softcap=plan.softcap, alibi_slopes=alibi_slopes,
                    return_attn_probs=True, block_table=block_table)
-    return o, lse, True
+    return o, lse
 
 
 @torch.library.custom_op("paged_attn::_flash_attention", mutates_args=("out", "lse"))
@@ -346,23 +476,18 @@ def _flash_attention(
     (float32, natural log), with the contract's values in every row. With ``qv`` (MLA), ``query``
     is the rope part and ``qv`` the latent part.
 
-    The hot path (FA4 and an ``out`` it accepts): one launch that zeroes the length of each
-    sequence with a block id outside ``[0, NB)`` in its used part (it then attends to no key: 0 and
-    -inf, or its sink alone; no other block is read in its place), FlashAttention writing into
-    ``out``, and one launch that writes the padding rows (past ``query_start_loc[-1]``, which
-    FlashAttention leaves unwritten) and the LSE in the contract's layout (``flash_kernels``)."""
-    num_tokens = query.shape[0]
-    if num_tokens == 0:
+    The hot path (FA4 and an ``out`` it accepts, no ``lse``): one launch that zeroes the length of
+    each sequence with a block id outside ``[0, NB)`` in its used part (it then attends to no key:
+    0 and -inf, or its sink alone; no other block is read in its place) and the padding rows of
+    ``out`` (past ``query_start_loc[-1]``, which FlashAttention never writes), then FlashAttention
+    writing the real rows of ``out``. With ``lse``, one launch after it writes the LSE in the
+    contract's layout; through FlashAttention's own buffer (FA3, FA2, an ``out`` FA4 does not
+    take), the copy comes first and that launch zeroes the padding rows (``flash_kernels``)."""
+    if query.shape[0] == 0:
         return
-    guarded = _guard_seq_lens(block_table, seq_lens, key_cache.shape[0], key_cache.shape[1])
-    o, src, head_major = _call(
-        adapter, query, key_cache, value_cache, block_table, guarded, query_start_loc, qv, out,
-        scale=scale, causal=causal, window_left=window_left, window_right=window_right, softcap=softcap,
-        alibi_slopes=alibi_slopes, sinks=sinks, max_query_len=max_query_len, return_lse=lse is not None,
-    )
-    if o is not out:  # FlashAttention's own buffer (an output layout it does not take, FA3, FA2)
-        out.copy_(o[:num_tokens])
-    _finish_rows(out, lse, src, query_start_loc, head_major)
+    plan = _plan_of(adapter, block_table, seq_lens, query_start_loc, key_cache, qv, out, lse, scale, causal,
+                    window_left, window_right, softcap, max_query_len)
+    plan(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, qv, out, lse, alibi_slopes, sinks)
 
 
 @_flash_attention.register_fake
@@ -371,66 +496,26 @@ def _(adapter, query, key_cache, value_cache, block_table, seq_lens, query_start
     return None
 
 
+# Plans of the op's body (calls not planned by lowering.plan: traced or compiled ones at run time,
+# MLA decode), by signature; cleared when full.
+_PLANS: dict[tuple, _Plan] = {}
+_PLAN_LIMIT = 256
+
+
+def _plan_of(adapter: str, *args) -> _Plan:
+    """The plan of a call with ``_Plan``'s arguments ``args``, made at its signature's first call."""
+    key = (adapter, *[(a.shape, a.stride(), a.dtype, a.device) if isinstance(a, Tensor) else a for a in args])
+    plan = _PLANS.get(key)
+    if plan is None:
+        if len(_PLANS) >= _PLAN_LIMIT:
+            _PLANS.clear()
+        plan = _PLANS[key] = _Plan(adapter, *args)
+    return plan
+
+
 def _kernels_run_on(t: Tensor) -> bool:
     """Whether flash_kernels' Triton kernels run on ``t``'s device (CUDA, or the interpreter)."""
     return t.is_cuda or os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-def _guard_seq_lens(block_table: Tensor, seq_lens: Tensor, num_blocks: int, block_size: int) -> Tensor:
-    """``seq_lens`` with 0 for each sequence whose table has an id outside ``[0, num_blocks)`` in
-    its used part (``flash_kernels.guard_seq_lens_kernel``, one launch)."""
-    num_seqs = block_table.shape[0]
-    guarded = torch.empty(num_seqs, dtype=torch.int32, device=seq_lens.device)
-    if num_seqs == 0:
-        return guarded
-    if not _kernels_run_on(block_table):
-        ok = (block_table >= 0) & (block_table < num_blocks)
-        used = torch.arange(block_table.shape[1], device=block_table.device) * block_size < seq_lens[:, None]
-        return torch.where((used & ~ok).any(dim=1), 0, seq_lens).to(torch.int32)
-    from . import flash_kernels as fk
-    from .triton._launch import launch
-
-    launch(fk.guard_seq_lens_kernel, (num_seqs,), block_table)(
-        block_table_ptr=block_table, seq_lens_ptr=seq_lens, guarded_ptr=guarded,
-        stride_bt_seq=block_table.stride(0), num_blocks=num_blocks, BLOCK_SIZE=block_size,
-        BLOCK_PAGES=fk.BLOCK_PAGES,
-    )
-    return guarded
-
-
-def _finish_rows(out: Tensor, lse: Tensor | None, src: Tensor | None, query_start_loc: Tensor,
-                 head_major: bool) -> None:
-    """Padding rows of ``out`` to 0, and ``lse`` from FlashAttention's ``src`` (``[H, T]`` when
-    ``head_major``, else ``[T, H]``; FA2's ``+inf`` for an empty row as ``-inf``) with padding
-    rows ``-inf`` (``flash_kernels.finish_rows_kernel``, one launch; real rows of ``out`` untouched)."""
-    num_tokens, num_heads, head_size_v = out.shape
-    if lse is not None:
-        src = src.float()
-        if src.stride(1) != 1:  # the kernel reads src's last dimension as contiguous
-            src = src.contiguous()
-    if not _kernels_run_on(out):
-        valid = torch.arange(num_tokens, device=out.device) < query_start_loc[-1]
-        out.masked_fill_(~valid[:, None, None], 0)
-        if lse is not None:
-            x = src.t() if head_major else src
-            x = torch.where(x == float("inf"), float("-inf"), x)
-            lse.copy_(torch.where(valid[:, None], x[:num_tokens], float("-inf")))
-        return
-    from . import flash_kernels as fk
-    from .triton._launch import launch, next_power_of_2
-
-    block_t = fk.BLOCK_T
-    has_lse = lse is not None
-    launch(fk.finish_rows_kernel, (-(-num_tokens // block_t),), out)(
-        out_ptr=out, lse_ptr=lse if has_lse else out, src_ptr=src if has_lse else out,
-        query_start_loc_ptr=query_start_loc, num_seqs=query_start_loc.shape[0] - 1, num_tokens=num_tokens,
-        stride_o_tok=out.stride(0), stride_o_head=out.stride(1),
-        stride_lse_tok=lse.stride(0) if has_lse else 0, stride_lse_head=lse.stride(1) if has_lse else 0,
-        stride_src_a=src.stride(0) if has_lse else 0,
-        NUM_HEADS=num_heads, HEAD_SIZE_V=head_size_v, BLOCK_T=block_t,
-        BLOCK_H=min(next_power_of_2(num_heads), 64), BLOCK_D=min(next_power_of_2(head_size_v), 128),
-        HAS_LSE=has_lse, SRC_TOKEN_MAJOR=not head_major,
-    )
 
 
 def _run_op(*args, **kwargs) -> None:
@@ -504,8 +589,10 @@ def prepare_paged_attention(
     alibi_slopes: Tensor | None, sinks: Tensor | None, k_scale: Tensor | None, v_scale: Tensor | None,
     attention_chunk_size: int, max_query_len: int = -1,
 ):
-    """The runner of calls of this signature (``lowering.plan``): the adapter and the option
-    values are decided once; a call passes its tensors to the private op."""
+    """The runner of calls of this signature (``lowering.plan``): the adapter, the option values
+    and, for a plan made eagerly, everything else the private op's body derives (``_Plan``: the
+    FlashAttention function and its fixed arguments, the kernels' launchers) are decided once. A
+    plain eager call then runs that body directly; a traced one goes through the private op."""
     if query.shape[0] == 0:
         return _nothing
     if block_table.shape[0] == 0:  # no sequence: every row is padding
@@ -517,10 +604,21 @@ def prepare_paged_attention(
                        query.device)
     fixed = (float(scale), bool(causal), int(window_left), int(window_right), float(softcap))
     bound = int(max_query_len)
+    from . import plain_eager
+
+    # made only from real tensors (a traced call's shapes may be symbolic; its body plans at run time)
+    plan = (_Plan(adapter, block_table, seq_lens, query_start_loc, key_cache, None, out, lse, *fixed, bound)
+            if plain_eager(query) else None)
 
     def run(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, lse, options):
-        _run_op(adapter, query, key_cache, value_cache, block_table, seq_lens, query_start_loc, None, out, lse,
-                *fixed, options["alibi_slopes"], options["sinks"], bound)
+        if plan is not None and plain_eager(query):
+            plan(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, None, out, lse,
+                 options["alibi_slopes"], options["sinks"])
+        else:
+            torch.ops.paged_attn._flash_attention(
+                adapter, query, key_cache, value_cache, block_table, seq_lens, query_start_loc, None, out, lse,
+                *fixed, options["alibi_slopes"], options["sinks"], bound,
+            )
 
     return run
 
