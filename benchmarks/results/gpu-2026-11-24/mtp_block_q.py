@@ -19,7 +19,7 @@ from torch_paged_attn.lowering.triton import mla  # noqa: E402
 
 device = torch.device("cuda")
 copy_gbps, _ = H.copy_bandwidth(device, quick=True)
-for name in ("mtp2_B64_ctx4096_H16", "fp8_B128_ctx4096_H16"):
+for name in ("mtp2_B64_ctx4096_H16",):
     fn, nbytes, _ = tune._call(name, device, tiny=False)
     for max_block_m in (64, 16, 64, 16):
         mla._MAX_BLOCK_M = max_block_m
