@@ -25,6 +25,7 @@ import torch
 pytest.importorskip("triton")
 
 import _loop as loop  # noqa: E402
+from test_triton_paged_attention import combine_settings, recorded_combines  # noqa: E402
 import torch_paged_attn  # noqa: E402  (registers the ops)
 from torch_paged_attn import _config  # noqa: E402
 from torch_paged_attn.lowering import reference  # noqa: E402
@@ -383,25 +384,19 @@ def test_merge_paths_bitwise_interpreted(monkeypatch) -> None:
     check_merge_paths_bitwise("cpu", Case((1, 2, 1), (300, 200, 5), split_tokens=64, dtype=FP16), monkeypatch)
 
 
-def check_combine_blockings(device: str, case: Case, monkeypatch, levels: tuple) -> list[tuple]:
-    """Split-KV ``case`` with the combine kernel planned for each of ``levels`` programs at least
-    (``paged_attention._COMBINE_MIN_PROGRAMS``; 1: the blocking of large batches; None: the SM
-    count): the same bits, matching the float64 loop of ``tests/_loop.py`` on the CPU (``truth64``
-    on a GPU). Returns each run's combine launch as ``(grid, BLOCK_H, DV_BLOCK, num_warps)``."""
-    launched = []
-
-    def recording(kernel, grid, **constants):
-        if kernel is tpa._combine_kernel:
-            launched.append((grid, constants["BLOCK_H"], constants["DV_BLOCK"], constants["num_warps"]))
-        return _launch.launcher(kernel, grid, **constants)
-
-    monkeypatch.setattr(tmla, "launcher", recording)
+def check_combine_blockings(device: str, case: Case, monkeypatch, settings: list[dict]) -> list[tuple]:
+    """Split-KV ``case`` with the combine kernel planned under each of ``settings``
+    (``test_triton_paged_attention.combine_settings``): the same bits, matching the float64 loop
+    of ``tests/_loop.py`` on the CPU (``truth64`` on a GPU). Returns each run's combine launch
+    (``recorded_combines``)."""
+    launched = recorded_combines(monkeypatch, tmla)
     b = make_batch(case, device, zlib.crc32(case.id.encode()))
     results = []
-    for level in levels:
-        monkeypatch.setattr(tpa, "_COMBINE_MIN_PROGRAMS", level)
+    for setting in settings:
+        for name, value in setting.items():
+            monkeypatch.setattr(tpa, name, value)
         results.append(run_triton(b, causal=case.causal, split_tokens=case.split_tokens))
-    assert len(launched) == len(levels), "a call did not run the combine kernel"
+    assert len(launched) == len(settings), "a call did not run the combine kernel"
     out, lse = results[0]
     for other_out, other_lse in results[1:]:
         assert torch.equal(other_out, out) and torch.equal(other_lse, lse)
@@ -418,13 +413,15 @@ def check_combine_blockings(device: str, case: Case, monkeypatch, levels: tuple)
 
 @interpreter_tier
 def test_combine_blockings_bitwise_interpreted(monkeypatch) -> None:
-    """The combine kernel at the blocking of large batches, with two heads a program, and with one
-    head and 32 latent columns a program (latent 48 padded to 64: the second column block is half
-    padding): the same bits. An fp8 cache (the combine applies its scale), 5, 2 and 1 splits, a
+    """The combine kernel at the blocking of large batches (4 partials an iteration), with two
+    heads a program, and with one head and 32 latent columns a program (latent 48 padded to 64:
+    the second column block is half padding) loading 8 partials an iteration (one iteration) and
+    4 (two): the same bits. An fp8 cache (the combine applies its scale), 5, 2 and 1 splits, a
     padding row."""
     case = Case((1, 1, 1), (300, 70, 1), num_heads=3, latent=48, split_tokens=64, cache_dtype=E4M3, pad_tokens=1)
-    launched = check_combine_blockings("cpu", case, monkeypatch, (1, 8, 10**9))
-    assert [launch[:3] for launch in launched] == [((4, 1, 1), 4, 64), ((4, 2, 1), 2, 64), ((4, 3, 2), 1, 32)]
+    launched = check_combine_blockings("cpu", case, monkeypatch, combine_settings(1, 8, 10**9, few_load_splits=4))
+    assert launched == [((4, 1, 1), 4, 64, 4, 2), ((4, 2, 1), 2, 64, 8, 4), ((4, 3, 2), 1, 32, 8, 1),
+                        ((4, 3, 2), 1, 32, 4, 1)]
 
 
 @gpu_tier
@@ -435,9 +432,12 @@ def test_combine_blockings_bitwise_b1_cuda(monkeypatch) -> None:
     fp8 caches."""
     for cache_dtype in (None, E4M3):
         case = replace(_BASE, q_lens=(1,), kv_lens=(32768,), num_heads=128, block_size=64, cache_dtype=cache_dtype)
-        (grid, *_), (fine_grid, *_) = check_combine_blockings("cuda", case, monkeypatch, (1, None))
+        launched = check_combine_blockings("cuda", case, monkeypatch, combine_settings(1, None))
+        (grid, *_), (fine_grid, *_, load_splits, _) = launched
         assert grid == (1, 128, 1)
-        assert fine_grid[0] * fine_grid[1] * fine_grid[2] >= min(tpa._num_sms(torch.device("cuda")), 128 * 16)
+        sms = tpa._num_sms(torch.device("cuda"))
+        assert fine_grid[0] * fine_grid[1] * fine_grid[2] >= min(sms, 128 * 16)
+        assert load_splits == (tpa._COMBINE_FEW_LOAD_SPLITS if sms > 128 else tpa._MERGE_GROUP)
 
 
 @interpreter_tier

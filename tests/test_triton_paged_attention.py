@@ -349,26 +349,45 @@ def test_merge_paths_bitwise_interpreted(monkeypatch) -> None:
     check_merge_paths_bitwise("cpu", case, monkeypatch)
 
 
-def check_combine_blockings(device: str, case: Case, monkeypatch, levels: tuple, **kw) -> list[tuple]:
-    """Split-KV ``case`` with the combine kernel planned for each of ``levels`` programs at least
+def combine_settings(*levels, few_load_splits: int | None = None) -> list[dict]:
+    """Plans of the combine kernel to compare: for each of ``levels``, at least that many programs
     (``_COMBINE_MIN_PROGRAMS``; 1: the blocking of large batches, whole rows of 512 // Dv heads;
-    None: the device's SM count): every blocking gives the same bits, which match the float64
-    loop on the CPU (the reference on the float32 upcast on a GPU, where the loop is too slow).
-    Returns each run's combine launch as ``(grid, BLOCK_H, DV_BLOCK, num_warps)``."""
+    None: the device's SM count); then, with ``few_load_splits``, the last level loading that many
+    partials an iteration (``_COMBINE_FEW_LOAD_SPLITS``)."""
+    settings = [dict(_COMBINE_MIN_PROGRAMS=level, _COMBINE_FEW_LOAD_SPLITS=tpa._COMBINE_FEW_LOAD_SPLITS)
+                for level in levels]
+    if few_load_splits is not None:
+        settings.append(dict(settings[-1], _COMBINE_FEW_LOAD_SPLITS=few_load_splits))
+    return settings
+
+
+def recorded_combines(monkeypatch, module) -> list[tuple]:
+    """The combine launches ``module`` plans from now on, as ``(grid, BLOCK_H, DV_BLOCK,
+    LOAD_SPLITS, num_warps)`` (the launches themselves run)."""
     launched = []
 
     def recording(kernel, grid, **constants):
         if kernel is tpa._combine_kernel:
-            launched.append((grid, constants["BLOCK_H"], constants["DV_BLOCK"], constants["num_warps"]))
+            launched.append((grid, *(constants[k] for k in ("BLOCK_H", "DV_BLOCK", "LOAD_SPLITS", "num_warps"))))
         return _launch.launcher(kernel, grid, **constants)
 
-    monkeypatch.setattr(tpa, "launcher", recording)
+    monkeypatch.setattr(module, "launcher", recording)
+    return launched
+
+
+def check_combine_blockings(device: str, case: Case, monkeypatch, settings: list[dict], **kw) -> list[tuple]:
+    """Split-KV ``case`` with the combine kernel planned under each of ``settings``
+    (``combine_settings``): every plan gives the same bits, which match the float64 loop on the
+    CPU (the reference on the float32 upcast on a GPU, where the loop is too slow). Returns each
+    run's combine launch (``recorded_combines``)."""
+    launched = recorded_combines(monkeypatch, tpa)
     batch, options = make_inputs(case, device, seed=zlib.crc32(case.id.encode()))
     results = []
-    for level in levels:
-        monkeypatch.setattr(tpa, "_COMBINE_MIN_PROGRAMS", level)
+    for setting in settings:
+        for name, value in setting.items():
+            monkeypatch.setattr(tpa, name, value)
         results.append(run_triton(batch, options, split_tokens=case.split_tokens, **kw))
-    assert len(launched) == len(levels), "a call did not run the combine kernel"
+    assert len(launched) == len(settings), "a call did not run the combine kernel"
     out, lse = results[0]
     for other_out, other_lse in results[1:]:
         assert torch.equal(other_out, out) and torch.equal(other_lse, lse)
@@ -384,23 +403,28 @@ def check_combine_blockings(device: str, case: Case, monkeypatch, levels: tuple,
 
 @interpreter_tier
 def test_combine_blockings_bitwise_interpreted(monkeypatch) -> None:
-    """The combine kernel at the blocking of large batches, with fewer heads a program, and with
-    one head and 32 value columns a program (Dv 96 padded to 128: the last column block is all
-    padding): the same bits. Decode of 3 sequences with 5, 2 and 1 splits (two merge groups, one
-    group, one split), sinks, a padding row."""
+    """The combine kernel at the blocking of large batches (4 partials an iteration), with two
+    heads a program, and with one head and 32 value columns a program (Dv 96 padded to 128: the
+    last column block is all padding) loading 8 partials an iteration (one iteration) and 4 (two):
+    the same bits. Decode of 3 sequences with 5, 2 and 1 splits (two merge groups, the second
+    with 3 empty partials; one group; one split), sinks, a padding row."""
     case = Case((1, 1, 1), (600, 130, 5), num_heads=4, num_kv_heads=2, head_size=32, head_size_v=96,
                 split_tokens=128, sinks=True, pad_tokens=1, dtype=FP16)
-    launched = check_combine_blockings("cpu", case, monkeypatch, (1, 8, 10**9), max_query_len=1)
-    assert [launch[:3] for launch in launched] == [((4, 1, 1), 4, 128), ((4, 2, 1), 2, 128), ((4, 4, 4), 1, 32)]
-    assert [launch[3] for launch in launched] == [4, 2, 1]
+    settings = combine_settings(1, 8, 10**9, few_load_splits=4)
+    launched = check_combine_blockings("cpu", case, monkeypatch, settings, max_query_len=1)
+    assert launched == [((4, 1, 1), 4, 128, 4, 4), ((4, 2, 1), 2, 128, 8, 8), ((4, 4, 4), 1, 32, 8, 1),
+                        ((4, 4, 4), 1, 32, 4, 1)]
 
 
 @interpreter_tier
 def test_combine_blockings_batch_invariant_interpreted(monkeypatch) -> None:
     """Batch-invariant mode stays invariant when the combine blocking depends on the batch: a
-    sequence alone (8 programs of one head) and among 3 (12 programs of two heads), same bits."""
-    monkeypatch.setattr(tpa, "_COMBINE_MIN_PROGRAMS", 8)
+    sequence alone (2 programs of 2 heads, up to 16 partials an iteration) and among 3 (3
+    programs of whole rows, 4 partials an iteration) gives the same bits."""
+    monkeypatch.setattr(tpa, "_COMBINE_MIN_PROGRAMS", 3)
+    launched = recorded_combines(monkeypatch, tpa)
     check_batch_invariance("cpu", (3,), kv_len=600, max_other=400, split=128)
+    assert [launch[:3] for launch in launched] == [((1, 4, 1), 2, 64), ((3, 1, 1), 8, 64)]
 
 
 @gpu_tier
@@ -412,10 +436,11 @@ def test_combine_blockings_bitwise_b1_cuda(dtype, monkeypatch) -> None:
     for case in (Case((1,), (32768,), num_heads=32, num_kv_heads=8, head_size=128, dtype=dtype),
                  Case((1,), (32768,), num_heads=32, num_kv_heads=8, head_size=128, dtype=dtype,
                       cache_dtype=torch.float8_e4m3fn, sinks=True)):
-        launched = check_combine_blockings("cuda", case, monkeypatch, (1, None), max_query_len=1)
-        (grid, *_), (fine_grid, *_) = launched
+        launched = check_combine_blockings("cuda", case, monkeypatch, combine_settings(1, None), max_query_len=1)
+        (grid, *_), (fine_grid, *_, load_splits, _) = launched
         assert grid == (1, 8, 1)
         assert fine_grid[0] * fine_grid[1] * fine_grid[2] >= min(tpa._num_sms(torch.device("cuda")), 128)
+        assert load_splits == tpa._COMBINE_FEW_LOAD_SPLITS
 
 
 @interpreter_tier

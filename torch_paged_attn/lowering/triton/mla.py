@@ -504,7 +504,7 @@ def prepare_mla_decode(
         num_warps=num_warps, num_stages=num_stages,
     )
     l_pad = _pad(latent)
-    combine_grid, block_h, l_block, combine_warps = _combine_blocking(num_tokens, num_heads, l_pad, device)
+    combine_grid, blocking = _combine_blocking(num_tokens, num_heads, l_pad, num_splits, device)
     combine = launcher(
         _combine_kernel, combine_grid,
         split_tokens=split_tokens, long_split_tokens=split_tokens, long_from=_NO_SPLIT,
@@ -515,9 +515,8 @@ def prepare_mla_decode(
         stride_pl_tok=pl_strides[0], stride_pl_split=pl_strides[1],
         stride_o_tok=so[0], stride_o_head=so[1],
         stride_lse_tok=lse_strides[0], stride_lse_head=lse_strides[1],
-        HEAD_SIZE_V=latent, DV_PAD=l_pad, BLOCK_H=block_h, DV_BLOCK=l_block,
-        HAS_SINKS=False, IS_FP8=is_fp8, HAS_LSE=lse is not None, MERGE_GROUP=_MERGE_GROUP,
-        num_warps=combine_warps,
+        HEAD_SIZE_V=latent, DV_PAD=l_pad,
+        HAS_SINKS=False, IS_FP8=is_fp8, HAS_LSE=lse is not None, MERGE_GROUP=_MERGE_GROUP, **blocking,
     )
 
     def run(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, options):
