@@ -5,8 +5,8 @@
 
 Each sweep takes one shape of ``benchmarks/paged_attention.py`` or ``benchmarks/mla_decode.py``
 and one entry of a kernel's configuration table (``_DECODE_CONFIGS`` / ``_PREFILL_CONFIGS`` of the
-paged attention kernel, ``_CONFIGS`` of the Hopper prefill kernel or of the MLA kernel, or the
-batch-invariant split size), replaces the entry by
+paged attention kernel, ``_CONFIGS`` of the Hopper prefill kernel or of the MLA kernel, the
+batch-invariant split size, or the combine kernel's blocking constants), replaces the entry by
 each candidate in turn, and times the public op exactly as the benchmarks do (CUDA-graph replay,
 median) against the copy bandwidth measured in the same run. A candidate the compiler refuses
 (shared memory, registers) prints its error instead of a time. The table is sorted fastest
@@ -49,6 +49,9 @@ class Sweep:
     candidates: tuple
     batch_invariant: bool = False
     hopper_prefill: bool = True  # False: the Hopper prefill kernel off (the shared kernel's prefill tiles)
+    # module constants of paged_attention.py that each candidate (a tuple of their values) sets,
+    # instead of a table entry
+    attributes: tuple[str, ...] = ()
 
 
 _ATTN_DECODE = attn_kernel._DECODE_CONFIGS  # (BLOCK_M, TILE_N, warps, stages, programs per SM)
@@ -84,6 +87,14 @@ def _scores(form: str, tiles: tuple, grid: str = "queries") -> tuple:
     SCORES ("rows", "keys" or "split") and the grid order GRID ("queries": query block on grid
     axis 0, "heads": head group there; ``mla._CONFIGS``)."""
     return tuple((*tile, form, grid) for tile in tiles)
+
+# The combine kernel of few-token calls (paged_attention._combine_blocking): (programs to cover,
+# partials loaded an iteration). (1, 16) is the blocking of many tokens (whole rows of 512 // Dv
+# heads, 4 partials an iteration: the kernel's schedule before few-token blocking, with its loads
+# one iteration ahead); None covers the SM count (the default); 264 and 528: 2 and 4 programs an
+# SM where the value columns still split (MLA).
+_COMBINE_ATTRIBUTES = ("_COMBINE_MIN_PROGRAMS", "_COMBINE_FEW_LOAD_SPLITS")
+_COMBINE = ((1, 16), (None, 4), (None, 8), (None, 16), (264, 16), (528, 16))
 
 SWEEPS = {
     "attn_fp8": Sweep("decode_fp8_B64_ctx4096", attn_kernel._FP8_DECODE_CONFIGS, 128, (
@@ -132,6 +143,8 @@ SWEEPS = {
     "mla_b1_h128": Sweep("B1_ctx32768_H128", _MLA, 64, _scores("split", (
         (64, 8, 2, 1), (64, 8, 2, 2), (32, 8, 3, 1), (32, 8, 3, 2), (32, 8, 2, 2), (16, 8, 4, 2))) + _scores(
         "rows", ((64, 8, 2, 1),)) + _scores("split", ((64, 8, 2, 1), (64, 8, 2, 2)), "heads")),
+    "combine_b1": Sweep("decode_B1_ctx32768", None, 0, _COMBINE, attributes=_COMBINE_ATTRIBUTES),
+    "combine_mla_b1": Sweep("B1_ctx32768_H128", None, 0, _COMBINE, attributes=_COMBINE_ATTRIBUTES),
     # fp8 H16: "keys" makes the latent tile the first operand of the score dots, converted in the
     # registers it is loaded to (sm_90, Triton 3.6: per key, 12-20 SASS instructions a thread at
     # TILE_N 64 against 29 for the "rows" tile (32, 4, 2, 2), no byte-wide shared loads)
@@ -162,6 +175,16 @@ def _candidate(sweep: Sweep, value) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _set(sweep: Sweep, value) -> Iterator[None]:
+    if sweep.attributes:
+        old = [getattr(attn_kernel, name) for name in sweep.attributes]
+        for name, v in zip(sweep.attributes, value):
+            setattr(attn_kernel, name, v)
+        try:
+            yield
+        finally:
+            for name, v in zip(sweep.attributes, old):
+                setattr(attn_kernel, name, v)
+        return
     if sweep.table is None:
         old = attn_kernel._INVARIANT_SPLIT_TOKENS
         attn_kernel._INVARIANT_SPLIT_TOKENS = value

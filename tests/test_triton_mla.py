@@ -24,6 +24,8 @@ import torch
 
 pytest.importorskip("triton")
 
+import _loop as loop  # noqa: E402
+from test_triton_paged_attention import combine_settings, recorded_combines  # noqa: E402
 import torch_paged_attn  # noqa: E402  (registers the ops)
 from torch_paged_attn import _config  # noqa: E402
 from torch_paged_attn.lowering import reference  # noqa: E402
@@ -380,6 +382,62 @@ def check_merge_paths_bitwise(device: str, case: Case, monkeypatch) -> None:
 @interpreter_tier
 def test_merge_paths_bitwise_interpreted(monkeypatch) -> None:
     check_merge_paths_bitwise("cpu", Case((1, 2, 1), (300, 200, 5), split_tokens=64, dtype=FP16), monkeypatch)
+
+
+def check_combine_blockings(device: str, case: Case, monkeypatch, settings: list[dict]) -> list[tuple]:
+    """Split-KV ``case`` with the combine kernel planned under each of ``settings``
+    (``test_triton_paged_attention.combine_settings``): the same bits, matching the float64 loop
+    of ``tests/_loop.py`` on the CPU (``truth64`` on a GPU). Returns each run's combine launch
+    (``recorded_combines``)."""
+    launched = recorded_combines(monkeypatch, tmla)
+    b = make_batch(case, device, zlib.crc32(case.id.encode()))
+    results = []
+    for setting in settings:
+        for name, value in setting.items():
+            monkeypatch.setattr(tpa, name, value)
+        results.append(run_triton(b, causal=case.causal, split_tokens=case.split_tokens))
+    assert len(launched) == len(settings), "a call did not run the combine kernel"
+    out, lse = results[0]
+    for other_out, other_lse in results[1:]:
+        assert torch.equal(other_out, out) and torch.equal(other_lse, lse)
+    if device == "cpu":
+        truth_out, truth_lse = loop.mla_decode(*b.args(), scale=b.scale, causal=case.causal, kv_scale=b.kv_scale)
+        ref_out, ref_lse = torch.empty_like(out), torch.empty_like(lse)
+        reference.mla_decode(*b.args(), ref_out, ref_lse, scale=b.scale, causal=case.causal, kv_scale=b.kv_scale)
+        assert_close(out, truth_out, dtype=case.dtype, reference=ref_out, name="out")
+        assert_close(lse, truth_lse, dtype=case.dtype, reference=ref_lse, name="lse")
+    else:
+        check(b, out, lse, case.causal, case.dtype)
+    return launched
+
+
+@interpreter_tier
+def test_combine_blockings_bitwise_interpreted(monkeypatch) -> None:
+    """The combine kernel at the blocking of large batches (4 partials an iteration), with two
+    heads a program, and with one head and 32 latent columns a program (latent 48 padded to 64:
+    the second column block is half padding) loading 8 partials an iteration (one iteration) and
+    4 (two): the same bits. An fp8 cache (the combine applies its scale), 5, 2 and 1 splits, a
+    padding row."""
+    case = Case((1, 1, 1), (300, 70, 1), num_heads=3, latent=48, split_tokens=64, cache_dtype=E4M3, pad_tokens=1)
+    launched = check_combine_blockings("cpu", case, monkeypatch, combine_settings(1, 8, 10**9, few_load_splits=4))
+    assert launched == [((4, 1, 1), 4, 64, 4, 2), ((4, 2, 1), 2, 64, 8, 4), ((4, 3, 2), 1, 32, 8, 1),
+                        ((4, 3, 2), 1, 32, 4, 1)]
+
+
+@gpu_tier
+def test_combine_blockings_bitwise_b1_cuda(monkeypatch) -> None:
+    """B1 x 32768 with DeepSeek's 128 heads (latent 512, the planner's own splits, as the
+    benchmark's B1_ctx32768_H128): the combine blocking of large batches (one head a program)
+    and the device's own (half rows on 132 SMs) give the same bits and match the truth; bf16 and
+    fp8 caches."""
+    for cache_dtype in (None, E4M3):
+        case = replace(_BASE, q_lens=(1,), kv_lens=(32768,), num_heads=128, block_size=64, cache_dtype=cache_dtype)
+        launched = check_combine_blockings("cuda", case, monkeypatch, combine_settings(1, None))
+        (grid, *_), (fine_grid, *_, load_splits, _) = launched
+        assert grid == (1, 128, 1)
+        sms = tpa._num_sms(torch.device("cuda"))
+        assert fine_grid[0] * fine_grid[1] * fine_grid[2] >= min(sms, 128 * 16)
+        assert load_splits == (tpa._COMBINE_FEW_LOAD_SPLITS if sms > 128 else tpa._MERGE_GROUP)
 
 
 @interpreter_tier

@@ -24,9 +24,11 @@ import torch
 
 pytest.importorskip("triton")
 
+import _loop as loop  # noqa: E402
 import torch_paged_attn  # noqa: E402  (registers the ops)
 from torch_paged_attn import _config  # noqa: E402
 from torch_paged_attn.lowering import reference  # noqa: E402
+from torch_paged_attn.lowering.triton import _launch  # noqa: E402
 from torch_paged_attn.lowering.triton import paged_attention as tpa  # noqa: E402
 from torch_paged_attn.testing import PagedBatch, assert_close, make_paged_batch  # noqa: E402
 
@@ -357,6 +359,100 @@ def check_merge_paths_bitwise(device: str, case: Case, monkeypatch) -> None:
 def test_merge_paths_bitwise_interpreted(monkeypatch) -> None:
     case = Case((1, 2, 1), (300, 200, 5), sinks=True, split_tokens=64, dtype=FP16)
     check_merge_paths_bitwise("cpu", case, monkeypatch)
+
+
+def combine_settings(*levels, few_load_splits: int | None = None) -> list[dict]:
+    """Plans of the combine kernel to compare: for each of ``levels``, at least that many programs
+    (``_COMBINE_MIN_PROGRAMS``; 1: the blocking of large batches, whole rows of 512 // Dv heads;
+    None: the device's SM count); then, with ``few_load_splits``, the last level loading that many
+    partials an iteration (``_COMBINE_FEW_LOAD_SPLITS``)."""
+    settings = [dict(_COMBINE_MIN_PROGRAMS=level, _COMBINE_FEW_LOAD_SPLITS=tpa._COMBINE_FEW_LOAD_SPLITS)
+                for level in levels]
+    if few_load_splits is not None:
+        settings.append(dict(settings[-1], _COMBINE_FEW_LOAD_SPLITS=few_load_splits))
+    return settings
+
+
+def recorded_combines(monkeypatch, module) -> list[tuple]:
+    """The combine launches ``module`` plans from now on, as ``(grid, BLOCK_H, DV_BLOCK,
+    LOAD_SPLITS, num_warps)`` (the launches themselves run)."""
+    launched = []
+
+    def recording(kernel, grid, **constants):
+        if kernel is tpa._combine_kernel:
+            launched.append((grid, *(constants[k] for k in ("BLOCK_H", "DV_BLOCK", "LOAD_SPLITS", "num_warps"))))
+        return _launch.launcher(kernel, grid, **constants)
+
+    monkeypatch.setattr(module, "launcher", recording)
+    return launched
+
+
+def check_combine_blockings(device: str, case: Case, monkeypatch, settings: list[dict], **kw) -> list[tuple]:
+    """Split-KV ``case`` with the combine kernel planned under each of ``settings``
+    (``combine_settings``): every plan gives the same bits, which match the float64 loop on the
+    CPU (the reference on the float32 upcast on a GPU, where the loop is too slow). Returns each
+    run's combine launch (``recorded_combines``)."""
+    launched = recorded_combines(monkeypatch, tpa)
+    batch, options = make_inputs(case, device, seed=zlib.crc32(case.id.encode()))
+    results = []
+    for setting in settings:
+        for name, value in setting.items():
+            monkeypatch.setattr(tpa, name, value)
+        results.append(run_triton(batch, options, split_tokens=case.split_tokens, **kw))
+    assert len(launched) == len(settings), "a call did not run the combine kernel"
+    out, lse = results[0]
+    for other_out, other_lse in results[1:]:
+        assert torch.equal(other_out, out) and torch.equal(other_lse, lse)
+    if device == "cpu":
+        truth_out, truth_lse = loop.paged_attention(*batch.args(), **options)
+        ref_out, ref_lse = reference.attention(*batch.args(), **options)
+        assert_close(out, truth_out, dtype=case.dtype, reference=ref_out, name="out")
+        assert_close(lse, truth_lse, dtype=case.dtype, reference=ref_lse, name="lse")
+    else:
+        check_against_reference(batch, options, out, lse, case.dtype)
+    return launched
+
+
+@interpreter_tier
+def test_combine_blockings_bitwise_interpreted(monkeypatch) -> None:
+    """The combine kernel at the blocking of large batches (4 partials an iteration), with two
+    heads a program, and with one head and 32 value columns a program (Dv 96 padded to 128: the
+    last column block is all padding) loading 8 partials an iteration (one iteration) and 4 (two):
+    the same bits. Decode of 3 sequences with 5, 2 and 1 splits (two merge groups, the second
+    with 3 empty partials; one group; one split), sinks, a padding row."""
+    case = Case((1, 1, 1), (600, 130, 5), num_heads=4, num_kv_heads=2, head_size=32, head_size_v=96,
+                split_tokens=128, sinks=True, pad_tokens=1, dtype=FP16)
+    settings = combine_settings(1, 8, 10**9, few_load_splits=4)
+    launched = check_combine_blockings("cpu", case, monkeypatch, settings, max_query_len=1)
+    assert launched == [((4, 1, 1), 4, 128, 4, 4), ((4, 2, 1), 2, 128, 8, 8), ((4, 4, 4), 1, 32, 8, 1),
+                        ((4, 4, 4), 1, 32, 4, 1)]
+
+
+@interpreter_tier
+def test_combine_blockings_batch_invariant_interpreted(monkeypatch) -> None:
+    """Batch-invariant mode stays invariant when the combine blocking depends on the batch: a
+    sequence alone (2 programs of 2 heads, up to 16 partials an iteration) and among 3 (3
+    programs of whole rows, 4 partials an iteration) gives the same bits."""
+    monkeypatch.setattr(tpa, "_COMBINE_MIN_PROGRAMS", 3)
+    launched = recorded_combines(monkeypatch, tpa)
+    check_batch_invariance("cpu", (3,), kv_len=600, max_other=400, split=128)
+    assert [launch[:3] for launch in launched] == [((1, 4, 1), 2, 64), ((3, 1, 1), 8, 64)]
+
+
+@gpu_tier
+@pytest.mark.parametrize("dtype", [BF16, FP16])
+def test_combine_blockings_bitwise_b1_cuda(dtype, monkeypatch) -> None:
+    """B1 x 32768 (Hq 32, Hkv 8, D 128, the planner's own splits, as the benchmark's decode_B1):
+    the combine blocking of large batches and the device's own (one head, 32 columns a program
+    on 132 SMs) give the same bits and match the reference; also with an fp8 cache and sinks."""
+    for case in (Case((1,), (32768,), num_heads=32, num_kv_heads=8, head_size=128, dtype=dtype),
+                 Case((1,), (32768,), num_heads=32, num_kv_heads=8, head_size=128, dtype=dtype,
+                      cache_dtype=torch.float8_e4m3fn, sinks=True)):
+        launched = check_combine_blockings("cuda", case, monkeypatch, combine_settings(1, None), max_query_len=1)
+        (grid, *_), (fine_grid, *_, load_splits, _) = launched
+        assert grid == (1, 8, 1)
+        assert fine_grid[0] * fine_grid[1] * fine_grid[2] >= min(tpa._num_sms(torch.device("cuda")), 128)
+        assert load_splits == tpa._COMBINE_FEW_LOAD_SPLITS
 
 
 @interpreter_tier

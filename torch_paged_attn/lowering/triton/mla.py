@@ -43,6 +43,7 @@ from .paged_attention import (
     _Workspace,
     _abs_max,
     _busy_q_blocks,
+    _combine_blocking,
     _combine_kernel,
     _dot,
     _fp16_exponent,
@@ -512,8 +513,7 @@ def prepare_mla_decode(
         num_warps=num_warps, num_stages=num_stages,
     )
     l_pad = _pad(latent)
-    block_h = max(1, min(next_power_of_2(num_heads), 512 // l_pad))  # 4 x [block_h, L] in flight
-    combine_grid = (num_tokens, cdiv(num_heads, block_h))
+    combine_grid, blocking = _combine_blocking(num_tokens, num_heads, l_pad, num_splits, device)
     combine = launcher(
         _combine_kernel, combine_grid,
         split_tokens=split_tokens, long_split_tokens=split_tokens, long_from=_NO_SPLIT,
@@ -524,9 +524,8 @@ def prepare_mla_decode(
         stride_pl_tok=pl_strides[0], stride_pl_split=pl_strides[1],
         stride_o_tok=so[0], stride_o_head=so[1],
         stride_lse_tok=lse_strides[0], stride_lse_head=lse_strides[1],
-        HEAD_SIZE_V=latent, DV_PAD=l_pad, BLOCK_H=block_h,
-        HAS_SINKS=False, IS_FP8=is_fp8, HAS_LSE=lse is not None, MERGE_GROUP=_MERGE_GROUP,
-        num_warps=4,
+        HEAD_SIZE_V=latent, DV_PAD=l_pad,
+        HAS_SINKS=False, IS_FP8=is_fp8, HAS_LSE=lse is not None, MERGE_GROUP=_MERGE_GROUP, **blocking,
     )
 
     def run(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, options):

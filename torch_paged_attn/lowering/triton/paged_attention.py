@@ -2,7 +2,8 @@
 
 Algorithm: FlashAttention-2's online softmax (Dao 2023) over K/V tiles gathered through the block
 table; with split-KV ("flash-decoding") each program covers one range of key positions and a
-second kernel merges the partial (out, lse) states through their LSEs, in split order.
+second kernel merges the partial (out, lse) states through their LSEs, in split order (its grid:
+token, head block, value-column block).
 Grid of ``_attention_kernel``: axis 0 query block (``T // BLOCK_Q + B + 1`` slots; program ``i``
 belongs to the sequence ``b`` whose slots ``qsl[b] // BLOCK_Q + b ..`` contain it, found by binary
 search; slots past a sequence's tokens exit, the last ones zero the padding rows), axis 1 kv head
@@ -100,8 +101,29 @@ _INVARIANT_LONG_FROM = 16384
 # Largest split-KV workspace (partial outputs and LSEs, float32); larger calls combine their
 # splits inside each program instead (same algebra, same bits, no workspace).
 _WORKSPACE_BYTES = 256 * 2**20
-# Partial states the combine kernel loads per iteration (and merges in order).
+# Partial states merged as a group: a sequence's splits are merged in order, padded with empty
+# partials to a multiple of it, by the combine kernel and by the attention kernel's in-program
+# merge alike (the same arithmetic, the same bits).
 _MERGE_GROUP = 4
+# The combine kernel's blocking (``_combine_blocking``). A program merges one token's
+# [BLOCK_H, DV_BLOCK] slab of the output (BLOCK_H heads, DV_BLOCK of the padded value columns),
+# loading LOAD_SPLITS partials of it an iteration, one iteration ahead of their merges. Calls
+# whose whole-row programs cover the SMs (many tokens) keep the blocking they had: rows of
+# _COMBINE_TILE // Dv heads, 4 floats a thread, 4 partials an iteration. Fewer tokens halve
+# BLOCK_H, then DV_BLOCK (down to _COMBINE_MIN_DV_BLOCK), until the programs cover the SMs, with
+# a warp per 32 floats of the slab (8 at most) and _COMBINE_FEW_LOAD_SPLITS partials an
+# iteration: a program's time is its chain of loads and merges over the splits, not its share
+# of the bytes. Why: on an H100 (Nsight Compute, one warm launch, caches flushed, 2026-11-23)
+# the combine of B1 x 32768 (Hq 32, D 128, 32 splits) ran 8 programs of 4 heads, 15.65 us for
+# 0.54 MB (occupancy 6 %) beside 54.2 us of attention, and MLA B1 x 32768 H128 (latent 512, 64
+# splits) 128 programs of one head, 24.4 us for 16.8 MB (20 % of DRAM throughput) beside 48.4 us.
+# Now 128 programs of [1, 32] (1 warp) and 256 of [1, 256] (8 warps), 16 partials an iteration:
+# not yet timed on a GPU. sm_90, Triton 3.6: 128 and 153 registers, no spills; at most 206 (a
+# [2, 128] slab with sinks and lse; 233 with 2 floats a thread); whole rows, 4 partials: 56-66.
+_COMBINE_TILE = 512
+_COMBINE_MIN_DV_BLOCK = 32
+_COMBINE_FEW_LOAD_SPLITS = 16
+_COMBINE_MIN_PROGRAMS: int | None = None  # programs to cover; None: the SM count (tests set it)
 # Split size meaning "no split": one range covers every key position (sequences < 2^28 keys).
 _NO_SPLIT = 2**28
 # A position bound no mask reaches (positions stay below 2^28).
@@ -264,7 +286,7 @@ def _attention_kernel(
     USE_SOFTCAP: tl.constexpr, USE_ALIBI: tl.constexpr, HAS_SINKS: tl.constexpr,
     IS_FP8: tl.constexpr, HAS_LSE: tl.constexpr, WRITE_PARTIAL: tl.constexpr,
     DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
-    MERGE_GROUP: tl.constexpr,  # splits the combine kernel loads at once
+    MERGE_GROUP: tl.constexpr,  # the combine kernel's merge group (_MERGE_GROUP)
     ONE_SPLIT: tl.constexpr,  # at most one split, merged in the program (no workspace)
 ):
     tl.static_assert(BLOCK_M >= 16 and TILE_N >= 16 and D_PAD >= 16 and DV_PAD >= 16)
@@ -494,16 +516,22 @@ def _combine_kernel(
     stride_pl_tok, stride_pl_split,
     stride_o_tok, stride_o_head,
     stride_lse_tok, stride_lse_head,
-    HEAD_SIZE_V: tl.constexpr, DV_PAD: tl.constexpr, BLOCK_H: tl.constexpr,
+    HEAD_SIZE_V: tl.constexpr, DV_PAD: tl.constexpr, BLOCK_H: tl.constexpr, DV_BLOCK: tl.constexpr,
     HAS_SINKS: tl.constexpr, IS_FP8: tl.constexpr, HAS_LSE: tl.constexpr, MERGE_GROUP: tl.constexpr,
+    LOAD_SPLITS: tl.constexpr,
 ):
-    """Merge the ``seq_splits`` partial states of one token, for ``BLOCK_H`` heads, in split order.
-    Grid: axis 0 token, axis 1 head block. Rows past ``qsl[-1]`` get 0 and -inf."""
+    """Merge the ``seq_splits`` partial states of one token, for ``BLOCK_H`` heads and ``DV_BLOCK``
+    value columns, in split order. Grid: axis 0 token, axis 1 head block, axis 2 column block
+    (``_combine_blocking``). Every program of a head recomputes its merge weights from the same
+    lse values, so an element's arithmetic does not depend on the blocking; the lse is stored by
+    column block 0. Rows past ``qsl[-1]`` get 0 and -inf."""
     tok = tl.program_id(0)
     heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    column_block = tl.program_id(2)
     head_ok = heads < num_heads
-    offs_dv = tl.arange(0, DV_PAD)
+    offs_dv = column_block * DV_BLOCK + tl.arange(0, DV_BLOCK)
     mask = head_ok[:, None] & (offs_dv[None, :] < HEAD_SIZE_V)
+    tl.static_assert(DV_PAD % DV_BLOCK == 0)
     # qsl[0] == 0, so only a malformed table gives -1 here; such rows read a valid split index
     seq = tl.maximum(_find_sequence(query_start_loc_ptr, stride_qsl, num_seqs, tok, 0), 0)
     is_seq = seq < num_seqs
@@ -516,42 +544,59 @@ def _combine_kernel(
 
     merged_m = tl.full([BLOCK_H], float("-inf"), tl.float32)
     merged_l = tl.zeros([BLOCK_H], tl.float32)
-    merged_acc = tl.zeros([BLOCK_H, DV_PAD], tl.float32)
+    merged_acc = tl.zeros([BLOCK_H, DV_BLOCK], tl.float32)
     if HAS_SINKS:
         sink = tl.load(sinks_ptr + heads, mask=head_ok, other=float("-inf")).to(tl.float32)
         sink = tl.where(is_seq, sink, float("-inf"))  # padding rows: 0 and -inf, no sink
         merged_m, merged_l, merged_acc = merge_partial(
-            merged_m, merged_l, merged_acc, sink * LOG2E, tl.zeros([BLOCK_H, DV_PAD], tl.float32)
+            merged_m, merged_l, merged_acc, sink * LOG2E, tl.zeros([BLOCK_H, DV_BLOCK], tl.float32)
         )
     po_base = part_out_ptr + tok.to(tl.int64) * stride_po_tok + heads[:, None] * stride_po_head + offs_dv[None, :]
     pl_base = part_lse_ptr + tok.to(tl.int64) * stride_pl_tok + heads
-    # Four splits per iteration, loaded before any is merged: a loop of one load and one merge
-    # waits a full memory latency per split (32 splits of B1 x 32768: 30 us). Splits past
-    # seq_splits read as empty partials, exactly as the attention kernel merges them.
-    tl.static_assert(MERGE_GROUP == 4)
-    for split in range(0, seq_splits, MERGE_GROUP):
-        pl = pl_base + split * stride_pl_split
-        po = po_base + split * stride_po_split
-        left = seq_splits - split
-        lse0, out0 = _load_partial(pl, po, 0, left, stride_pl_split, stride_po_split, head_ok, mask)
-        lse1, out1 = _load_partial(pl, po, 1, left, stride_pl_split, stride_po_split, head_ok, mask)
-        lse2, out2 = _load_partial(pl, po, 2, left, stride_pl_split, stride_po_split, head_ok, mask)
-        lse3, out3 = _load_partial(pl, po, 3, left, stride_pl_split, stride_po_split, head_ok, mask)
-        merged_m, merged_l, merged_acc = merge_partial(merged_m, merged_l, merged_acc, lse0, out0)
-        merged_m, merged_l, merged_acc = merge_partial(merged_m, merged_l, merged_acc, lse1, out1)
-        merged_m, merged_l, merged_acc = merge_partial(merged_m, merged_l, merged_acc, lse2, out2)
-        merged_m, merged_l, merged_acc = merge_partial(merged_m, merged_l, merged_acc, lse3, out3)
+    # LOAD_SPLITS partials loaded per iteration, one iteration before they are merged (the first
+    # ones before the loop), so they are in flight while the previous ones merge. Merging
+    # partials in the iteration that loads them waited two memory latencies per iteration on
+    # sm_90: ptxas issued the partial outputs' loads after the exp2 of their lse (Triton 3.6
+    # SASS of B1 x 32768). Merges go in whole groups of MERGE_GROUP, in split order, splits past
+    # seq_splits as empty partials, exactly as the attention kernel merges them; loads past
+    # seq_splits are masked (no memory traffic).
+    tl.static_assert(MERGE_GROUP == 4 and LOAD_SPLITS % MERGE_GROUP == 0)
+    parts = _load_partials(pl_base, po_base, seq_splits, stride_pl_split, stride_po_split, head_ok, mask,
+                           LOAD_SPLITS)
+    for split in range(0, seq_splits, LOAD_SPLITS):
+        # -- the next LOAD_SPLITS partials' loads, then these ones' merges --
+        upcoming = _load_partials(
+            pl_base + (split + LOAD_SPLITS) * stride_pl_split, po_base + (split + LOAD_SPLITS) * stride_po_split,
+            seq_splits - split - LOAD_SPLITS, stride_pl_split, stride_po_split, head_ok, mask, LOAD_SPLITS)
+        for group in tl.static_range(0, LOAD_SPLITS, MERGE_GROUP):
+            if split + group < seq_splits:
+                for k in tl.static_range(group, group + MERGE_GROUP):
+                    merged_m, merged_l, merged_acc = merge_partial(
+                        merged_m, merged_l, merged_acc, parts[2 * k], parts[2 * k + 1])
+        parts = upcoming
 
     out, lse = merged_to_output(merged_m, merged_l, merged_acc, v_scale)
     o_ptrs = out_ptr + tok.to(tl.int64) * stride_o_tok + heads[:, None] * stride_o_head + offs_dv[None, :]
     tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=mask)
     if HAS_LSE:
-        tl.store(lse_ptr + tok.to(tl.int64) * stride_lse_tok + heads * stride_lse_head, lse, mask=head_ok)
+        if column_block == 0:  # the same lse in every column block: one stores it
+            tl.store(lse_ptr + tok.to(tl.int64) * stride_lse_tok + heads * stride_lse_head, lse, mask=head_ok)
+
+
+@triton.jit
+def _load_partials(pl_ptr, po_ptr, left, stride_pl_split, stride_po_split, head_ok, mask, COUNT: tl.constexpr):
+    """The ``COUNT`` partial states from the split at ``pl_ptr`` / ``po_ptr`` on, each as
+    ``_load_partial``: the tuple ``(lse0, out0, lse1, out1, ..)``, empty past the ``left`` splits
+    that remain."""
+    parts = ()
+    for k in tl.static_range(COUNT):
+        parts = parts + _load_partial(pl_ptr, po_ptr, k, left, stride_pl_split, stride_po_split, head_ok, mask)
+    return parts
 
 
 @triton.jit
 def _load_partial(pl_ptr, po_ptr, k, left, stride_pl_split, stride_po_split, head_ok, mask):
-    """Partial state ``k`` splits on of ``[BLOCK_H]`` heads: ``(lse [BLOCK_H], out [BLOCK_H, DV_PAD])``;
+    """Partial state ``k`` splits on of ``[BLOCK_H]`` heads: ``(lse [BLOCK_H], out [BLOCK_H, DV_BLOCK])``;
     an empty one (-inf, 0) when only ``left <= k`` splits remain."""
     in_range = (tl.zeros_like(head_ok.to(tl.int32)) + k) < left
     part_lse = tl.load(pl_ptr + k * stride_pl_split, mask=head_ok & in_range, other=float("-inf"))
@@ -561,6 +606,30 @@ def _load_partial(pl_ptr, po_ptr, k, left, stride_pl_split, stride_po_split, hea
 
 def _pad(size: int) -> int:
     return max(16, next_power_of_2(size))
+
+
+def _combine_blocking(num_tokens: int, num_heads: int, dv_pad: int, num_splits: int,
+                      device: torch.device) -> tuple[tuple[int, int, int], dict]:
+    """``(grid, constants)`` of the combine kernel for ``num_tokens`` tokens of ``num_heads``
+    heads whose value columns are padded to ``dv_pad`` (a power of two), ``num_splits`` splits:
+    ``BLOCK_H``, ``DV_BLOCK``, ``LOAD_SPLITS`` and ``num_warps``, from shapes only (see
+    ``_COMBINE_TILE``). The blocking decides which program computes an element and when its
+    partials are loaded, never how it is computed: every blocking gives the same bits."""
+    block_h = max(1, min(next_power_of_2(num_heads), _COMBINE_TILE // dv_pad))
+    dv_block = dv_pad
+    want = _COMBINE_MIN_PROGRAMS if _COMBINE_MIN_PROGRAMS is not None else _num_sms(device)
+    if num_tokens * cdiv(num_heads, block_h) >= want:  # many tokens: whole rows, 4 floats a thread
+        grid = (num_tokens, cdiv(num_heads, block_h), 1)
+        return grid, dict(BLOCK_H=block_h, DV_BLOCK=dv_block, LOAD_SPLITS=_MERGE_GROUP,
+                          num_warps=max(1, min(4, block_h * dv_block // 128)))
+    while block_h > 1 and num_tokens * cdiv(num_heads, block_h) < want:
+        block_h //= 2
+    while dv_block > _COMBINE_MIN_DV_BLOCK and num_tokens * cdiv(num_heads, block_h) * (dv_pad // dv_block) < want:
+        dv_block //= 2
+    grid = (num_tokens, cdiv(num_heads, block_h), dv_pad // dv_block)
+    load_splits = min(_COMBINE_FEW_LOAD_SPLITS, cdiv(num_splits, _MERGE_GROUP) * _MERGE_GROUP)
+    return grid, dict(BLOCK_H=block_h, DV_BLOCK=dv_block, LOAD_SPLITS=load_splits,
+                      num_warps=max(1, min(8, block_h * dv_block // 32)))  # 1 float a thread up to 256
 
 
 def _tile_pads(head_size: int, head_size_v: int) -> tuple[int, int]:
@@ -778,8 +847,7 @@ def prepare_paged_attention(
         ONE_SPLIT=split_tokens == _NO_SPLIT and not write_partial,
         num_warps=num_warps, num_stages=num_stages,
     )
-    block_h = max(1, min(next_power_of_2(num_heads), 512 // dv_pad))  # 4 x [block_h, Dv] in flight
-    combine_grid = (num_tokens, cdiv(num_heads, block_h))
+    combine_grid, blocking = _combine_blocking(num_tokens, num_heads, dv_pad, num_splits, device)
     combine = launcher(
         _combine_kernel, combine_grid,
         split_tokens=split_tokens, long_split_tokens=long_split_tokens, long_from=long_from,
@@ -790,9 +858,8 @@ def prepare_paged_attention(
         stride_pl_tok=pl_strides[0], stride_pl_split=pl_strides[1],
         stride_o_tok=so[0], stride_o_head=so[1],
         stride_lse_tok=lse_strides[0], stride_lse_head=lse_strides[1],
-        HEAD_SIZE_V=head_size_v, DV_PAD=dv_pad, BLOCK_H=block_h,
-        HAS_SINKS=sinks is not None, IS_FP8=is_fp8, HAS_LSE=has_lse, MERGE_GROUP=_MERGE_GROUP,
-        num_warps=4,
+        HEAD_SIZE_V=head_size_v, DV_PAD=dv_pad,
+        HAS_SINKS=sinks is not None, IS_FP8=is_fp8, HAS_LSE=has_lse, MERGE_GROUP=_MERGE_GROUP, **blocking,
     )
 
     def run(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, lse, options):
