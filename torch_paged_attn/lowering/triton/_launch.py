@@ -250,9 +250,9 @@ def launch(_grid, {params}):
         a call signature before they plan it). The code is generated once per set of constant
         names and ``same`` (``_factories``); each ``go`` only binds its values.
 
-        ``same`` maps a tensor parameter to another that it usually is (``same_as``: a stand-in for
-        an absent optional tensor): while it is that very tensor object, its dtype and address
-        are the other's and ``go`` reads neither; any other value takes the full key.
+        ``same`` maps a tensor parameter to another that it usually is, or to None when it is
+        usually None (``same_as``: a stand-in for an absent optional tensor): while it is that
+        very object, ``go`` reads no dtype or address of it; any other value takes the full key.
         """
         same = same or {}
         names = (tuple(constants), tuple(same.items()))
@@ -277,7 +277,7 @@ def launch(_grid, {params}):
                 given = [tensors[n] for n in own]
                 if (
                     all(isinstance(t, torch.Tensor) for t in given)
-                    and all(tensors[a] is tensors[t] for a, t in aliases)
+                    and all(tensors[a] is (None if t is None else tensors[t]) for a, t in aliases)
                     and not any(tensors[n].data_ptr() & 15 for n in specialised)
                 ):
                     aligned[(device, *(t.dtype for t in given))] = entry
@@ -328,7 +328,8 @@ def launch(_grid, {params}):
         fixed_names = {p.name for p in self.params if p.name in constants or p.has_default}
         tensor_names = {p.name for p in self.params} - fixed_names
         # a hint whose target is not a tensor parameter (or is hinted itself) is dropped
-        aliases = {a: t for a, t in same.items() if a in tensor_names and t in tensor_names and t not in same}
+        aliases = {a: t for a, t in same.items()
+                   if a in tensor_names and (t is None or (t in tensor_names and t not in same))}
         for p in self.params:
             if p.name in constants or p.has_default:
                 fixed = p.name
@@ -344,7 +345,8 @@ def launch(_grid, {params}):
                 exprs.extend(_pointer_key(p, address=f"_p_{p.name}"))
                 arguments.append(f"_p_{p.name}")
                 if not (p.do_not_specialize or p.do_not_specialize_on_alignment):
-                    specialised.append(aliases.get(p.name, p.name))
+                    if aliases.get(p.name, p.name) is not None:
+                        specialised.append(aliases.get(p.name, p.name))
         own = [n for n in tensors if n not in aliases]
         specialised = list(dict.fromkeys(specialised))
         self._tensor_params[(tuple(constants), tuple(same.items()))] = (
@@ -353,7 +355,7 @@ def launch(_grid, {params}):
         stand_ins = " or ".join(f"{a} is not {t}" for a, t in aliases.items())
         given = f"if {stand_ins}:\n                raise TypeError\n            " if aliases else ""
         given += "".join(f"_p_{n} = {n}.data_ptr()\n            " for n in own)  # None raises
-        given += "".join(f"_p_{a} = _p_{t}\n            " for a, t in aliases.items())
+        given += "".join(f"_p_{a} = {'None' if t is None else f'_p_{t}'}\n            " for a, t in aliases.items())
         misaligned = " | ".join(f"_p_{n}" for n in specialised) or "0"
         dtypes = "".join(f"{n}.dtype, " for n in own)
         unpack = "".join(f"{n}, " for n in constants)
@@ -462,14 +464,14 @@ def _pointer_key(p, address: str | None = None) -> list[str]:
 
 class SameAs(NamedTuple):
     """``launcher(..., x_ptr=same_as("y_ptr"))``: the tensor passed as ``x_ptr`` is usually the one
-    passed as ``y_ptr`` (a stand-in for an absent optional tensor). A hint, never an assumption:
-    ``x_ptr`` is still passed at every call, and a call where it is another tensor (or None)
-    launches exactly as without the hint."""
+    passed as ``y_ptr`` (a stand-in for an absent optional tensor); ``same_as(None)``: ``x_ptr`` is
+    usually None. A hint, never an assumption: ``x_ptr`` is still passed at every call, and a call
+    where it is anything else launches exactly as without the hint."""
 
-    name: str
+    name: str | None
 
 
-def same_as(name: str) -> SameAs:
+def same_as(name: str | None) -> SameAs:
     return SameAs(name)
 
 
