@@ -264,9 +264,8 @@ def test_each_change_leaves_the_eager_entry(usual_path, monkeypatch, change):
         # debug: every call validated; a tensor given twice: its signature was planned, so its
         # entry is remembered at once and serves the next two calls
         assert usual_path == ["paged_attention_out"] * (2 if change == "debug" else 1), usual_path
-        options = dict(used["options"])
-        truth, _ = reference.attention(*(t.double() if t.is_floating_point() else t for t in used["args"]),
-                                       **{k: v.double() if isinstance(v, torch.Tensor) else v for k, v in options.items()})
+        options = {k: v.double() if isinstance(v, torch.Tensor) else v for k, v in used["options"].items()}
+        truth, _ = reference.attention(*(t.double() if t.is_floating_point() else t for t in used["args"]), **options)
         assert_close(out, truth, dtype=torch.float32, name="out")
     del usual_path[:]
     base.update(window_left=-1, causal=True)

@@ -407,9 +407,10 @@ def paged_attention(
     eager = plain_eager(query)
     if eager:  # a repeated call: straight to allocation and launch (see lowering.eager_planned)
         key = (
-            "paged_attention", query.shape[0], scale, causal, window_left, window_right, softcap, attention_chunk_size, max_query_len,
-            return_lse, scale.__class__, causal.__class__, window_left.__class__, window_right.__class__,
-            softcap.__class__, attention_chunk_size.__class__, max_query_len.__class__, return_lse.__class__,
+            "paged_attention", query.shape[0], scale, causal, window_left, window_right, softcap,
+            attention_chunk_size, max_query_len, return_lse, scale.__class__, causal.__class__,
+            window_left.__class__, window_right.__class__, softcap.__class__, attention_chunk_size.__class__,
+            max_query_len.__class__, return_lse.__class__,
             alibi_slopes is None, sinks is None, k_scale is None, v_scale is None,
         )
         plain = alibi_slopes is None and sinks is None and k_scale is None and v_scale is None
@@ -499,9 +500,9 @@ def paged_attention_out(
     eager = plain_eager(query)
     if eager:  # a repeated call: straight to launch (see lowering.eager_planned)
         key = (
-            "paged_attention_out", query.shape[0], scale, causal, window_left, window_right, softcap, attention_chunk_size,
-            max_query_len, scale.__class__, causal.__class__, window_left.__class__, window_right.__class__,
-            softcap.__class__, attention_chunk_size.__class__, max_query_len.__class__,
+            "paged_attention_out", query.shape[0], scale, causal, window_left, window_right, softcap,
+            attention_chunk_size, max_query_len, scale.__class__, causal.__class__, window_left.__class__,
+            window_right.__class__, softcap.__class__, attention_chunk_size.__class__, max_query_len.__class__,
             lse is None, alibi_slopes is None, sinks is None, k_scale is None, v_scale is None,
         )
         plain = alibi_slopes is None and sinks is None and k_scale is None and v_scale is None

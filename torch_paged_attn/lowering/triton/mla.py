@@ -530,7 +530,7 @@ def prepare_mla_decode(
     )
 
     def run(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, options):
-        part_out, part_lse = workspace.tensors(out)
+        part_out, part_lse = workspace.tensors(out) if write_partial else (out, out)
         lse_t = lse if has_lse else out
         kv_scale = options["kv_scale"] if is_fp8 else q_latent
         attention(

@@ -787,7 +787,7 @@ def prepare_paged_attention(
     )
 
     def run(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, lse, options):
-        part_out, part_lse = workspace.tensors(out)
+        part_out, part_lse = workspace.tensors(out) if write_partial else (out, out)
         lse_t = lse if has_lse else out
         sinks = options["sinks"]
         sinks = sinks if sinks is not None else query
