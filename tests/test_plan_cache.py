@@ -21,7 +21,7 @@ import torch_paged_attn as pa  # noqa: E402
 from torch_paged_attn import lowering  # noqa: E402
 from torch_paged_attn.lowering import reference  # noqa: E402
 from torch_paged_attn.lowering.triton import paged_attention as tpa  # noqa: E402
-from torch_paged_attn.testing import assert_close, make_paged_batch  # noqa: E402
+from torch_paged_attn.testing import assert_close, make_block_table, make_paged_batch  # noqa: E402
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 pytestmark = pytest.mark.skipif(not _INTERPRET, reason="needs TRITON_INTERPRET=1")
@@ -323,3 +323,54 @@ def test_layouts_of_one_key_keep_their_entries(usual_path):
     run(layouts, 3)  # one layout too many, in turn: each call is remembered after its entry went
     entries = [v for v in lowering._CHOICES.values() if isinstance(v, list)]
     assert len(entries) == 1 and len(entries[0]) == lowering._EAGER_ENTRIES
+
+
+@pytest.mark.parametrize("op", ["mla_decode", "merge_attn_states", "merge_attn_states_out"])
+def test_eager_entries_of_mla_and_merge(usual_path, op):
+    """mla_decode and the merges: planned at the first call, remembered at the second, then served
+    by their entry, each call computing its own values (against the reference on float64); a
+    change of the causal flag's class still raises."""
+    g = torch.Generator().manual_seed(5)
+    if op == "mla_decode":
+        table, _ = make_block_table([20, 7], 16, 4, g)
+        cache = torch.randn(4, 16, 48, generator=g)
+        lens, qsl = torch.tensor([20, 7], dtype=torch.int32), torch.tensor([0, 1, 2], dtype=torch.int32)
+        ql, qr = torch.empty(2, 4, 32), torch.empty(2, 4, 16)
+        inputs = (ql, qr)
+
+        def call(**kw):
+            return pa.mla_decode(ql, qr, cache, table, lens, qsl, scale=0.125, **kw)
+
+        def truth():
+            out, lse = torch.empty(2, 4, 32, dtype=torch.float64), torch.empty(2, 4, dtype=torch.float64)
+            reference.mla_decode(ql.double(), qr.double(), cache.double(), table, lens, qsl, out, lse, scale=0.125,
+                                 causal=True, kv_scale=None)
+            return out, lse
+    else:
+        po, so, pl, sl = torch.empty(3, 2, 32), torch.empty(3, 2, 32), torch.empty(3, 2), torch.empty(3, 2)
+        inputs = (po, so, pl, sl)
+        out_t, lse_t = torch.empty(3, 2, 32), torch.empty(3, 2)
+
+        def call():
+            if op == "merge_attn_states":
+                return pa.merge_attn_states(po, pl, so, sl)
+            out_t.fill_(float("nan"))
+            lse_t.fill_(float("nan"))
+            pa.merge_attn_states_out(po, pl, so, sl, out_t, lse_t)
+            return out_t, lse_t
+
+        def truth():
+            out, lse = torch.empty(3, 2, 32, dtype=torch.float64), torch.empty(3, 2, dtype=torch.float64)
+            reference.merge_attn_states(po.double(), pl.double(), so.double(), sl.double(), out, lse)
+            return out, lse
+    for _ in range(4):
+        for t in inputs:
+            t.copy_(torch.randn(t.shape, generator=g))
+        out, lse = call()
+        want, want_lse = truth()
+        assert_close(out, want, dtype=torch.float32, name="out")
+        assert_close(lse, want_lse, dtype=torch.float32, name="lse")
+    assert usual_path == [op] * 2
+    if op == "mla_decode":
+        with pytest.raises(TypeError, match="mla_decode: causal: expected a bool, got int"):
+            call(causal=1)
