@@ -60,6 +60,7 @@ from torch_paged_attn import lowering  # noqa: E402
 from torch_paged_attn.lowering.triton import mla as mla_kernel  # noqa: E402
 from torch_paged_attn.lowering.triton import paged_attention as attn_kernel  # noqa: E402
 from torch_paged_attn.lowering.triton import prefill as prefill_kernel  # noqa: E402
+from torch_paged_attn.lowering.triton._launch import without_hints  # noqa: E402
 
 META = torch.device("meta")
 COLUMNS = ("regs", "stack", "LDL", "STL", "smem", "HGMMA", "HMMA", "LDGSTS", "LDS8", "instrs", "loop", "URundef")
@@ -75,7 +76,7 @@ def captured_launches(sms: int, arch: int = 90) -> Iterator[list]:
     prefill_kernel._capability = lambda device: divmod(arch, 10)
     for m in modules:
         m.launcher = lambda kernel, grid, **constants: (
-            lambda like, **tensors: launches.append((kernel, {**tensors, **constants}))
+            lambda like, _fixed=without_hints(constants), **tensors: launches.append((kernel, {**tensors, **_fixed}))
         )
     attn_kernel._num_sms = lambda device: sms
     lowering._CHOICES.clear()

@@ -43,10 +43,12 @@ def _written(kernel, kwargs: dict) -> list[str]:
 def main() -> int:
     triton.runtime.driver.set_active(_CudaTarget())
     from torch_paged_attn.lowering.triton import kv_cache, merge, mla, paged_attention
+    from torch_paged_attn.lowering.triton._launch import without_hints
 
     captured: list[tuple] = []
 
     def capture(kernel, grid, **constants):
+        constants = without_hints(constants)
         return lambda like, **tensors: captured.append((kernel, {**tensors, **constants}))
 
     for module in (kv_cache, merge, mla, paged_attention):  # each module's own name for the launch helper

@@ -316,6 +316,44 @@ def test_constant_launch_runs_the_binary_triton_chooses(dns, monkeypatch) -> Non
     assert len(kernel.binaries) > 10
 
 
+@pytest.mark.parametrize("target", ["y_ptr", None], ids=["same_as_y", "same_as_none"])
+@pytest.mark.parametrize("dns", [(), ("x_ptr",), ("y_ptr",)], ids=["specialized", "dns_x", "dns_y"])
+def test_same_as_hint_runs_the_binary_triton_chooses(dns, target, monkeypatch) -> None:
+    """A ``same_as`` hint (``x_ptr`` usually is ``y_ptr``, or usually None) changes no launch: with
+    ``x_ptr`` the very tensor of ``y_ptr``, another tensor (other dtypes, alignments), or None,
+    every launch runs exactly Triton's binary, passes the tensors' own addresses, and a repeated
+    key (the hint holding or not) never goes back to ``kernel[grid]``."""
+    monkeypatch.setattr(_launch, "_cached_path_open", _open_on_cpu)
+    kernel = _StandIn()
+    kernel.do_not_specialize = list(dns)
+    kernel.params = [p for p in JITFunction(_kernel_fn, do_not_specialize=list(dns)).params]
+    fast = _launch.FastLauncher(kernel, current_device=lambda: 0, current_stream=lambda d: 0)
+    monkeypatch.setattr(_launch, "_fast_launcher", lambda k: fast if k is kernel else None)
+    go = _launch.launcher(kernel, (3,), x_ptr=_launch.same_as(target), **_CONSTANTS)  # the hint split off
+    assert not isinstance(go, _launch.functools.partial) and list(fast._factories) == [
+        (tuple(_CONSTANTS), (("x_ptr", target),))]
+    ys = (_BUF, _BUF[1:], _BUF[4:], _BUF.to(torch.float16), _BUF.to(torch.float16)[8:])
+    calls = [(y, x) for y in ys for x in ("same", None, *ys)] * 2
+    __import__("random").Random(1).shuffle(calls)
+    seen = set()
+    for y, x in calls:
+        x = y if isinstance(x, str) else x
+        before = kernel.slow_calls
+        compiled = go(_BUF, x_ptr=x, y_ptr=y)
+        assert compiled is kernel._choose(dict(x_ptr=x, y_ptr=y, **_CONSTANTS)), (x, y)
+        if kernel.slow_calls == before:  # a cached launch: each pointer's own address
+            assert compiled.launches[-1][9:11] == (None if x is None else x.data_ptr(), y.data_ptr())
+        key = (x is y, None if x is None else (x.dtype, x.data_ptr() % 16), y.dtype, y.data_ptr() % 16)
+        if target is None and x is None and kernel.slow_calls == before:  # the hint held: one lookup
+            assert fast._tensor_params[(tuple(_CONSTANTS), (("x_ptr", None),))][0] == ("y_ptr",)
+        if key in seen:
+            assert kernel.slow_calls == before, f"a repeated call went back to kernel[grid]: {key}"
+        seen.add(key)
+    # a hint naming no tensor parameter is dropped, not an error
+    go = fast.constant_launch((3,), _CONSTANTS, {"x_ptr": "n"})
+    assert go(_BUF, x_ptr=_BUF, y_ptr=_BUF) is kernel._choose(dict(x_ptr=_BUF, y_ptr=_BUF, **_CONSTANTS))
+
+
 def test_constant_launch_closed_paths_go_through_launch(monkeypatch) -> None:
     """Where the cached path is closed (a CPU tensor; Triton busy with a hook; the switch at 0)
     every call is ``launch``'s; check mode asks Triton at each cached launch."""

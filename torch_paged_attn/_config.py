@@ -193,3 +193,22 @@ def backend(name: str) -> contextlib.AbstractContextManager[None]:
 def flags() -> tuple[str, bool]:
     """``(get_backend(), is_batch_invariant())``: the switches every call's plan depends on."""
     return _BACKEND.get(), _BATCH_INVARIANT.get()
+
+
+# -- debug checks --------------------------------------------------------------------------------
+
+# ``TORCH_PAGED_ATTN_DEBUG=1``: value checks (block ids, slots, lengths) at every call, which may
+# synchronise (ops/_checks.py).
+DEBUG = EnvVar("TORCH_PAGED_ATTN_DEBUG", lambda s: s not in ("", "0"))
+
+
+def eager_flags() -> tuple[str, bool] | None:
+    """``flags()`` for a caller that knows Dynamo is not tracing (a plain eager call), without the
+    tracing test of each read; None under ``TORCH_PAGED_ATTN_DEBUG=1`` (every call validated)."""
+    if DEBUG.read():
+        return None
+    backend, invariant = _BACKEND.value, _BATCH_INVARIANT.value
+    return (
+        _BACKEND.env.read() if backend is None else backend,
+        _BATCH_INVARIANT.env.read() if invariant is None else invariant,
+    )

@@ -17,7 +17,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from .._config import EnvVar
+from .. import _config
 
 FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -205,7 +205,7 @@ def signature(op: str, tensors: Sequence[Tensor | None], scalars: tuple = ()) ->
         return None
 
 
-_DEBUG = EnvVar("TORCH_PAGED_ATTN_DEBUG", lambda s: s not in ("", "0"))
+_DEBUG = _config.DEBUG  # TORCH_PAGED_ATTN_DEBUG
 
 
 def debug_checks_enabled(*tensors: Tensor) -> bool:

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
 from .. import lowering
 from ._checks import FLOAT_DTYPES, Checker, arg_types, check_arg_types, signature
-from ._library import declare
+from ._library import declare, plain_eager
 
 
 def _check_merge(
@@ -39,6 +41,15 @@ def _merge_attn_states(
     prefix_out: Tensor, prefix_lse: Tensor, suffix_out: Tensor, suffix_lse: Tensor
 ) -> tuple[Tensor, Tensor]:
     tensors = (prefix_out, prefix_lse, suffix_out, suffix_lse)
+    out, lse, run, _ = _merge_plan(tensors)
+    run(*tensors, out, lse, {})
+    return out, lse
+
+
+def _merge_plan(tensors: tuple) -> tuple[Tensor, Tensor, Callable, bool]:
+    """``merge_attn_states``'s call validated (unless its signature was planned), its outputs
+    allocated, and its runner: ``(out, lse, run, planned before)``."""
+    prefix_out, prefix_lse = tensors[0], tensors[1]
     call = signature("merge_attn_states", tensors)  # what validation reads: the key of the plan
     run = lowering.planned(call)
     if run is None:
@@ -46,9 +57,9 @@ def _merge_attn_states(
     out = prefix_out.new_empty(prefix_out.shape)
     lse = prefix_lse.new_empty(prefix_lse.shape)
     if run is None:
-        run = lowering.plan("merge_attn_states", call, lambda: _facts(prefix_out, lse), (*tensors, out, lse), {})
-    run(*tensors, out, lse, {})
-    return out, lse
+        return out, lse, lowering.plan("merge_attn_states", call, lambda: _facts(prefix_out, lse),
+                                       (*tensors, out, lse), {}), False
+    return out, lse, run, True
 
 
 @declare("merge_attn_states_out")
@@ -61,15 +72,22 @@ def _merge_attn_states_out(
     lse: Tensor | None,  # no schema default: torch 2.11 drops a trailing mutable default argument
 ) -> None:
     args = (prefix_out, prefix_lse, suffix_out, suffix_lse, out, lse)
+    _merge_out_plan(args)[0](*args, {})
+
+
+def _merge_out_plan(args: tuple) -> tuple[Callable, bool]:
+    """``merge_attn_states_out``'s call validated (unless its signature was planned) and its
+    runner: ``(run, planned before)``."""
+    prefix_out, prefix_lse, suffix_out, suffix_lse, out, lse = args
     call = signature("merge_attn_states_out", args)  # what validation reads: the key of the plan
     run = lowering.planned(call)
-    if run is None:
-        c = _check_merge("merge_attn_states_out", prefix_out, prefix_lse, suffix_out, suffix_lse)
-        c.tensor("out", out, shape=tuple(prefix_out.shape), dtypes=(prefix_out.dtype,))
-        if lse is not None:
-            c.tensor("lse", lse, shape=tuple(prefix_lse.shape), dtypes=(torch.float32,), last_contiguous=False)
-        run = lowering.plan("merge_attn_states", call, lambda: _facts(prefix_out, lse), args, {})
-    run(*args, {})
+    if run is not None:
+        return run, True
+    c = _check_merge("merge_attn_states_out", prefix_out, prefix_lse, suffix_out, suffix_lse)
+    c.tensor("out", out, shape=tuple(prefix_out.shape), dtypes=(prefix_out.dtype,))
+    if lse is not None:
+        c.tensor("lse", lse, shape=tuple(prefix_lse.shape), dtypes=(torch.float32,), last_contiguous=False)
+    return lowering.plan("merge_attn_states", call, lambda: _facts(prefix_out, lse), args, {}), False
 
 
 _MERGE_KINDS = (
@@ -113,10 +131,26 @@ def merge_attn_states(
         >>> torch.allclose(out, o1) and torch.equal(lse, l1)
         True
     """
+    eager = plain_eager(prefix_out)
+    if eager:  # a repeated call: straight to allocation and launch (see lowering.eager_planned)
+        checked = (prefix_out, prefix_lse, suffix_out, suffix_lse)
+        key = ("merge_attn_states", prefix_out.shape[0])
+        hit = lowering.eager_planned(key, checked)
+        if hit is not None:
+            run, out_size, lse_size = hit
+            out, lse = prefix_out.new_empty(*out_size), prefix_lse.new_empty(*lse_size)
+            run(prefix_out, prefix_lse, suffix_out, suffix_lse, out, lse, {})
+            return out, lse
     check_arg_types(
         "merge_attn_states", _MERGE_TYPES, (prefix_out, prefix_lse, suffix_out, suffix_lse)
     )
-    return _merge_attn_states(prefix_out, prefix_lse, suffix_out, suffix_lse)
+    if not eager:  # through the dispatcher (tracing, modes)
+        return _merge_attn_states(prefix_out, prefix_lse, suffix_out, suffix_lse)
+    out, lse, run, planned_before = _merge_plan(checked)  # the op's body, as declare's eager path runs it
+    run(*checked, out, lse, {})
+    if planned_before:  # a signature that recurs: remembered for the path above
+        lowering.remember(key, checked, (run, tuple(out.shape), tuple(lse.shape)))
+    return out, lse
 
 
 def merge_attn_states_out(
@@ -128,12 +162,29 @@ def merge_attn_states_out(
     lse: Tensor | None = None,
 ) -> None:
     """:func:`merge_attn_states` writing into ``out [T, H, D]`` and, when given, ``lse [T, H]``."""
+    eager = plain_eager(prefix_out)
+    if eager:  # a repeated call: straight to launch (see lowering.eager_planned)
+        key = ("merge_attn_states_out", prefix_out.shape[0], lse is None)
+        checked = (prefix_out, prefix_lse, suffix_out, suffix_lse, out)
+        if lse is not None:
+            checked += (lse,)
+        run = lowering.eager_planned(key, checked)
+        if run is not None:
+            run(prefix_out, prefix_lse, suffix_out, suffix_lse, out, lse, {})
+            return
     check_arg_types(
         "merge_attn_states_out",
         _MERGE_OUT_TYPES,
         (prefix_out, prefix_lse, suffix_out, suffix_lse, out, lse),
     )
-    _merge_attn_states_out(prefix_out, prefix_lse, suffix_out, suffix_lse, out, lse)
+    if not eager:  # through the dispatcher (tracing, modes)
+        _merge_attn_states_out(prefix_out, prefix_lse, suffix_out, suffix_lse, out, lse)
+        return
+    args = (prefix_out, prefix_lse, suffix_out, suffix_lse, out, lse)
+    run, planned_before = _merge_out_plan(args)  # the op's body, as declare's eager path runs it
+    run(*args, {})
+    if planned_before:  # a signature that recurs: remembered for the path above
+        lowering.remember(key, checked, run)
 
 
 # -- N parts -------------------------------------------------------------------------------------

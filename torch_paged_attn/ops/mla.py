@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -20,7 +21,7 @@ from ._checks import (
     debug_checks_enabled,
     signature,
 )
-from ._library import declare
+from ._library import declare, plain_eager
 
 
 def _check_mla_decode(
@@ -74,6 +75,17 @@ def _mla_decode(
     kv_scale: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     tensors = (q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc)
+    options = {"scale": scale, "causal": causal, "kv_scale": kv_scale}
+    out, lse, run, _ = _mla_plan(tensors, options)
+    run(*tensors, out, lse, options)
+    return out, lse
+
+
+def _mla_plan(tensors: tuple, options: dict) -> tuple[Tensor, Tensor, Callable, bool]:
+    """``mla_decode``'s call validated (unless its signature was planned), its outputs allocated,
+    and its runner: ``(out, lse, run, planned before)``."""
+    q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc = tensors
+    scale, causal, kv_scale = options["scale"], options["causal"], options["kv_scale"]
     # what validation reads, and causal: the key of the call's plan (lowering.plan)
     call = signature("mla_decode", (*tensors, kv_scale), (scale, causal))
     run = lowering.planned(call)
@@ -82,23 +94,22 @@ def _mla_decode(
     num_tokens, num_heads, latent = q_latent.shape
     out = q_latent.new_empty(num_tokens, num_heads, latent)
     lse = q_latent.new_empty(num_tokens, num_heads, dtype=torch.float32)
-    options = {"scale": scale, "causal": causal, "kv_scale": kv_scale}
-    if run is None:
-        def facts() -> dict:
-            return {
-                "device": q_latent.device.type,
-                "dtype": q_latent.dtype,
-                "cache_dtype": kv_cache.dtype,
-                "latent": latent,
-                "rope": q_rope.shape[2],
-                "block_size": kv_cache.shape[1],
-                "num_heads": num_heads,
-                "causal": causal,
-            }
+    if run is not None:
+        return out, lse, run, True
 
-        run = lowering.plan("mla_decode", call, facts, (*tensors, out, lse), options)
-    run(*tensors, out, lse, options)
-    return out, lse
+    def facts() -> dict:
+        return {
+            "device": q_latent.device.type,
+            "dtype": q_latent.dtype,
+            "cache_dtype": kv_cache.dtype,
+            "latent": latent,
+            "rope": q_rope.shape[2],
+            "block_size": kv_cache.shape[1],
+            "num_heads": num_heads,
+            "causal": causal,
+        }
+
+    return out, lse, lowering.plan("mla_decode", call, facts, (*tensors, out, lse), options), False
 
 
 _MLA_TYPES = arg_types(
@@ -160,19 +171,43 @@ def mla_decode(
         >>> out.shape
         torch.Size([1, 8, 512])
     """
+    eager = plain_eager(q_latent)
+    if eager:  # a repeated call: straight to allocation and launch (see lowering.eager_planned)
+        key = ("mla_decode", q_latent.shape[0], scale, causal, scale.__class__, causal.__class__, kv_scale is None)
+        checked = (q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc)
+        if kv_scale is not None:
+            checked += (kv_scale,)
+        hit = lowering.eager_planned(key, checked)
+        if hit is not None:
+            run, options, out_size, lse_size, lse_like = hit
+            if kv_scale is not None:
+                options = {**options, "kv_scale": kv_scale}
+            out, lse = q_latent.new_empty(*out_size), lse_like.new_empty(*lse_size)
+            run(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, options)
+            return out, lse
     check_arg_types(
         "mla_decode",
         _MLA_TYPES,
         (q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, scale, causal, kv_scale),
     )
-    return _mla_decode(
-        q_latent,
-        q_rope,
-        kv_cache,
-        block_table,
-        seq_lens,
-        query_start_loc,
-        scale=scale,
-        causal=causal,
-        kv_scale=kv_scale,
-    )
+    if not eager:  # through the dispatcher (tracing, modes)
+        return _mla_decode(
+            q_latent,
+            q_rope,
+            kv_cache,
+            block_table,
+            seq_lens,
+            query_start_loc,
+            scale=scale,
+            causal=causal,
+            kv_scale=kv_scale,
+        )
+    # the op's body, as declare's plain eager path runs it
+    tensors = (q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc)
+    options = {"scale": scale, "causal": causal, "kv_scale": kv_scale}
+    out, lse, run, planned_before = _mla_plan(tensors, options)
+    run(*tensors, out, lse, options)
+    if planned_before:  # a signature that recurs: remembered for the path above
+        lowering.remember(key, checked, (run, {**options, "kv_scale": None}, tuple(out.shape), tuple(lse.shape),
+                                         lse.new_empty(0)))
+    return out, lse

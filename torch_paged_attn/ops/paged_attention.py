@@ -23,7 +23,7 @@ from ._checks import (
     debug_checks_enabled,
     signature,
 )
-from ._library import declare
+from ._library import declare, plain_eager
 
 
 def _check_paged_attention(
@@ -209,18 +209,25 @@ def _paged_attention(
     options = _options(scale, causal, window_left, window_right, softcap, alibi_slopes, sinks, k_scale, v_scale,
                        attention_chunk_size, max_query_len)
     tensors = (query, key_cache, value_cache, block_table, seq_lens, query_start_loc)
+    out, lse, run, _ = _functional_plan(tensors, options, return_lse)
+    run(*tensors, out, lse if return_lse else None, options)
+    return out, lse
+
+
+def _functional_plan(tensors: tuple, options: dict, return_lse: bool) -> tuple[Tensor, Tensor, Callable, bool]:
+    """``paged_attention``'s call validated (unless its signature was planned), its outputs
+    allocated, and its runner: ``(out, lse, run, planned before)``."""
     call = _signature("paged_attention", tensors, (), options, return_lse)
     run = lowering.planned(call)
     if run is None or debug_checks_enabled(*tensors):
         _check_paged_attention("paged_attention", *tensors, options)
+    query = tensors[0]
     num_tokens, num_heads, _ = query.shape
-    out = query.new_empty(num_tokens, num_heads, value_cache.shape[3])
+    out = query.new_empty(num_tokens, num_heads, tensors[2].shape[3])
     lse = query.new_empty((num_tokens, num_heads) if return_lse else (0,), dtype=torch.float32)
-    written = lse if return_lse else None
     if run is None:
-        run = _plan(call, (*tensors, out, written), options)
-    run(*tensors, out, written, options)
-    return out, lse
+        return out, lse, _plan(call, (*tensors, out, lse if return_lse else None), options), False
+    return out, lse, run, True
 
 
 @declare("paged_attention_out")
@@ -248,17 +255,36 @@ def _paged_attention_out(
     options = _options(scale, causal, window_left, window_right, softcap, alibi_slopes, sinks, k_scale, v_scale,
                        attention_chunk_size, max_query_len)
     tensors = (query, key_cache, value_cache, block_table, seq_lens, query_start_loc)
+    _out_plan(tensors, out, lse, options)[0](*tensors, out, lse, options)
+
+
+def _out_plan(tensors: tuple, out: Tensor, lse: Tensor | None, options: dict) -> tuple[Callable, bool]:
+    """``paged_attention_out``'s call validated (unless its signature was planned) and its runner:
+    ``(run, planned before)``."""
     call = _signature("paged_attention_out", tensors, (out, lse), options, lse is not None)
     run = lowering.planned(call)
     if run is None or debug_checks_enabled(*tensors):
         c = _check_paged_attention("paged_attention_out", *tensors, options)
+        query, value_cache = tensors[0], tensors[2]
         num_tokens, num_heads, _ = query.shape
         c.tensor("out", out, shape=(num_tokens, num_heads, value_cache.shape[3]), dtypes=(query.dtype,))
         if lse is not None:
             c.tensor("lse", lse, shape=(num_tokens, num_heads), dtypes=(torch.float32,), last_contiguous=False)
     if run is None:
-        run = _plan(call, (*tensors, out, lse), options)
-    run(*tensors, out, lse, options)
+        return _plan(call, (*tensors, out, lse), options), False
+    return run, True
+
+
+def _without_tensors(options: dict) -> dict:
+    """``options`` with its tensors (``alibi_slopes``, ``sinks``, ``k_scale``, ``v_scale``) None:
+    what a remembered entry keeps (each call passes its own)."""
+    return {k: None if isinstance(v, Tensor) else v for k, v in options.items()}
+
+
+# Stand-ins for the optional tensors that are None among the tensors an eager entry checks
+# (``lowering.eager_planned``; the entry's key says which are None), one per argument: a check
+# fails on a tensor given twice.
+_NO_LSE, _NO_ALIBI, _NO_SINKS, _NO_K_SCALE, _NO_V_SCALE = (torch.empty(0) for _ in range(5))
 
 
 _BATCH_KINDS = (
@@ -378,6 +404,31 @@ def paged_attention(
         >>> out.shape, lse.shape
         (torch.Size([2, 4, 64]), torch.Size([2, 4]))
     """
+    eager = plain_eager(query)
+    if eager:  # a repeated call: straight to allocation and launch (see lowering.eager_planned)
+        key = (
+            "paged_attention", query.shape[0], scale, causal, window_left, window_right, softcap,
+            attention_chunk_size, max_query_len, return_lse, scale.__class__, causal.__class__,
+            window_left.__class__, window_right.__class__, softcap.__class__, attention_chunk_size.__class__,
+            max_query_len.__class__, return_lse.__class__,
+            alibi_slopes is None, sinks is None, k_scale is None, v_scale is None,
+        )
+        plain = alibi_slopes is None and sinks is None and k_scale is None and v_scale is None
+        checked = (query, key_cache, value_cache, block_table, seq_lens, query_start_loc) if plain else (
+            query, key_cache, value_cache, block_table, seq_lens, query_start_loc,
+            _NO_ALIBI if alibi_slopes is None else alibi_slopes, _NO_SINKS if sinks is None else sinks,
+            _NO_K_SCALE if k_scale is None else k_scale, _NO_V_SCALE if v_scale is None else v_scale,
+        )
+        hit = lowering.eager_planned(key, checked)
+        if hit is not None:
+            run, options, out_size, lse_size, lse_like = hit
+            if not plain:
+                options = {**options, "alibi_slopes": alibi_slopes, "sinks": sinks, "k_scale": k_scale,
+                           "v_scale": v_scale}
+            out, lse = query.new_empty(*out_size), lse_like.new_empty(*lse_size)
+            run(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out,
+                lse if return_lse else None, options)
+            return out, lse
     check_arg_types(
         "paged_attention",
         _PAGED_TYPES,
@@ -385,26 +436,37 @@ def paged_attention(
          causal, window_left, window_right, softcap, alibi_slopes, sinks, k_scale, v_scale,
          attention_chunk_size, max_query_len),
     )
-    return _paged_attention(
-        query,
-        key_cache,
-        value_cache,
-        block_table,
-        seq_lens,
-        query_start_loc,
-        scale=_default_scale(query, scale),
-        causal=causal,
-        window_left=window_left,
-        window_right=window_right,
-        softcap=softcap,
-        alibi_slopes=alibi_slopes,
-        sinks=sinks,
-        k_scale=k_scale,
-        v_scale=v_scale,
-        attention_chunk_size=attention_chunk_size,
-        max_query_len=max_query_len,
-        return_lse=return_lse,
-    )
+    if not eager:  # through the dispatcher (tracing, modes)
+        return _paged_attention(
+            query,
+            key_cache,
+            value_cache,
+            block_table,
+            seq_lens,
+            query_start_loc,
+            scale=_default_scale(query, scale),
+            causal=causal,
+            window_left=window_left,
+            window_right=window_right,
+            softcap=softcap,
+            alibi_slopes=alibi_slopes,
+            sinks=sinks,
+            k_scale=k_scale,
+            v_scale=v_scale,
+            attention_chunk_size=attention_chunk_size,
+            max_query_len=max_query_len,
+            return_lse=return_lse,
+        )
+    # the op's body, as declare's plain eager path runs it
+    options = _options(_default_scale(query, scale), causal, window_left, window_right, softcap, alibi_slopes, sinks,
+                       k_scale, v_scale, attention_chunk_size, max_query_len)
+    tensors = (query, key_cache, value_cache, block_table, seq_lens, query_start_loc)
+    out, lse, run, planned_before = _functional_plan(tensors, options, return_lse)
+    run(*tensors, out, lse if return_lse else None, options)
+    if planned_before:  # a signature that recurs: remembered for the path above
+        lowering.remember(key, checked, (run, _without_tensors(options), tuple(out.shape), tuple(lse.shape),
+                                         lse.new_empty(0)))
+    return out, lse
 
 
 def paged_attention_out(
@@ -435,6 +497,31 @@ def paged_attention_out(
     dimension); ``lse``, when given, is ``[T, Hq]`` float32. Every row is written, padding rows too.
     Other arguments as :func:`paged_attention`.
     """
+    eager = plain_eager(query)
+    if eager:  # a repeated call: straight to launch (see lowering.eager_planned)
+        key = (
+            "paged_attention_out", query.shape[0], scale, causal, window_left, window_right, softcap,
+            attention_chunk_size, max_query_len, scale.__class__, causal.__class__, window_left.__class__,
+            window_right.__class__, softcap.__class__, attention_chunk_size.__class__, max_query_len.__class__,
+            lse is None, alibi_slopes is None, sinks is None, k_scale is None, v_scale is None,
+        )
+        plain = alibi_slopes is None and sinks is None and k_scale is None and v_scale is None
+        checked = (
+            query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, _NO_LSE if lse is None else lse,
+        ) if plain else (
+            query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out,
+            _NO_LSE if lse is None else lse, _NO_ALIBI if alibi_slopes is None else alibi_slopes,
+            _NO_SINKS if sinks is None else sinks, _NO_K_SCALE if k_scale is None else k_scale,
+            _NO_V_SCALE if v_scale is None else v_scale,
+        )
+        hit = lowering.eager_planned(key, checked)
+        if hit is not None:
+            run, options = hit
+            if not plain:
+                options = {**options, "alibi_slopes": alibi_slopes, "sinks": sinks, "k_scale": k_scale,
+                           "v_scale": v_scale}
+            run(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, lse, options)
+            return
     check_arg_types(
         "paged_attention_out",
         _PAGED_OUT_TYPES,
@@ -442,27 +529,37 @@ def paged_attention_out(
          causal, window_left, window_right, softcap, alibi_slopes, sinks, k_scale, v_scale,
          attention_chunk_size, max_query_len),
     )
-    _paged_attention_out(
-        query,
-        key_cache,
-        value_cache,
-        block_table,
-        seq_lens,
-        query_start_loc,
-        out,
-        lse,
-        scale=_default_scale(query, scale),
-        causal=causal,
-        window_left=window_left,
-        window_right=window_right,
-        softcap=softcap,
-        alibi_slopes=alibi_slopes,
-        sinks=sinks,
-        k_scale=k_scale,
-        v_scale=v_scale,
-        attention_chunk_size=attention_chunk_size,
-        max_query_len=max_query_len,
-    )
+    if not eager:  # through the dispatcher (tracing, modes)
+        _paged_attention_out(
+            query,
+            key_cache,
+            value_cache,
+            block_table,
+            seq_lens,
+            query_start_loc,
+            out,
+            lse,
+            scale=_default_scale(query, scale),
+            causal=causal,
+            window_left=window_left,
+            window_right=window_right,
+            softcap=softcap,
+            alibi_slopes=alibi_slopes,
+            sinks=sinks,
+            k_scale=k_scale,
+            v_scale=v_scale,
+            attention_chunk_size=attention_chunk_size,
+            max_query_len=max_query_len,
+        )
+        return
+    # the op's body, as declare's plain eager path runs it
+    options = _options(_default_scale(query, scale), causal, window_left, window_right, softcap, alibi_slopes, sinks,
+                       k_scale, v_scale, attention_chunk_size, max_query_len)
+    tensors = (query, key_cache, value_cache, block_table, seq_lens, query_start_loc)
+    run, planned_before = _out_plan(tensors, out, lse, options)
+    run(*tensors, out, lse, options)
+    if planned_before:  # a signature that recurs: remembered for the path above
+        lowering.remember(key, checked, (run, _without_tensors(options)))
 
 
 paged_attention.__doc__ = paged_attention.__doc__.replace("{args}", _ARGS_DOC)

@@ -30,7 +30,7 @@ import triton.language as tl
 
 from torch import Tensor
 
-from ._launch import cdiv, launcher, next_power_of_2
+from ._launch import cdiv, launcher, next_power_of_2, same_as
 
 _FLOAT = (torch.bfloat16, torch.float16, torch.float32)
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -300,6 +300,8 @@ def prepare_reshape_and_cache(
     write = launcher(
         _cache_write_kernel,
         grid,
+        # ``run`` passes None for the scales of a bf16/fp16/fp32 cache
+        **({} if fp8 else {"a_scale_ptr": same_as(None), "b_scale_ptr": same_as(None)}),
         num_tokens=num_tokens,
         num_slots=num_blocks * block_size,
         block_size=block_size,
@@ -382,6 +384,7 @@ def prepare_concat_and_cache_mla(
         grid,
         b_cache_ptr=None,
         b_scale_ptr=None,
+        **({} if fp8 else {"a_scale_ptr": same_as(None)}),  # ``run`` passes None then
         num_tokens=num_tokens,
         num_slots=num_blocks * block_size,
         block_size=block_size,
@@ -547,6 +550,9 @@ def prepare_gather_cache(
     gather = launcher(
         _gather_cache_kernel,
         grid,
+        # what ``run`` passes for absent tensors: no start offsets, no scale of a bf16/fp16/fp32 cache
+        **({} if seq_starts is not None else {"seq_starts_ptr": same_as(None)}),
+        **({} if fp8 else {"scale_ptr": same_as(None)}),
         num_out_rows=num_out_rows,
         num_seqs=num_seqs,
         max_blocks=max_blocks,

@@ -31,7 +31,7 @@ import triton.language as tl
 
 from torch import Tensor
 
-from ._launch import cdiv, launcher, next_power_of_2
+from ._launch import cdiv, launcher, next_power_of_2, same_as
 
 _FLOAT = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -153,6 +153,7 @@ def prepare_merge_attn_states(
     merge = launcher(
         _merge_attn_states_kernel,
         grid,
+        **({} if lse is not None else {"lse_ptr": same_as(None)}),  # ``run`` passes None then
         num_rows=num_rows,
         stride_po_token=spo[0],
         stride_po_head=spo[1],
@@ -282,6 +283,7 @@ def prepare_merge_attn_states_n(outs: Tensor, lses: Tensor, out: Tensor, lse: Te
     merge = launcher(
         _merge_attn_states_n_kernel,
         grid,
+        **({} if lse is not None else {"lse_ptr": same_as(None)}),  # ``run`` passes None then
         num_parts=num_parts,
         num_rows=num_rows,
         stride_os_part=sos[0],

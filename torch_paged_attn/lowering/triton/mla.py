@@ -33,7 +33,7 @@ import triton.language as tl
 from torch import Tensor
 
 from ... import _config
-from ._launch import cdiv, launcher, next_power_of_2
+from ._launch import cdiv, launcher, next_power_of_2, same_as
 from ._softmax import LOG2E, merge_partial, merged_to_output, softmax_step, state_to_partial
 from .paged_attention import (
     _INVARIANT_SPLIT_TOKENS,
@@ -486,9 +486,18 @@ def prepare_mla_decode(
     grid = (num_q_blocks, num_head_groups, num_splits if write_partial else 1)
     if head_group_fastest:
         grid = (num_head_groups, num_q_blocks, grid[2])
+    # the stand-ins ``run`` passes for absent tensors (the launcher reads them off their targets)
+    stand_ins = {
+        name: same_as(target)
+        for name, target, absent in (
+            ("kv_scale_ptr", "q_latent_ptr", not is_fp8), ("lse_ptr", "out_ptr", not has_lse),
+            ("part_out_ptr", "out_ptr", not write_partial), ("part_lse_ptr", "out_ptr", not write_partial),
+        )
+        if absent
+    }
     # every launch argument but the tensors, decided once for all calls of this signature
     attention = launcher(
-        _mla_kernel, grid,
+        _mla_kernel, grid, **stand_ins,
         scale=float(scale), unit=1.0,
         split_tokens=split_tokens, num_splits=num_splits, num_tokens=num_tokens, num_seqs=num_seqs,
         num_blocks=num_blocks, max_blocks=max_blocks,
@@ -529,7 +538,7 @@ def prepare_mla_decode(
     )
 
     def run(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, options):
-        part_out, part_lse = workspace.tensors(out)
+        part_out, part_lse = workspace.tensors(out) if write_partial else (out, out)
         lse_t = lse if has_lse else out
         kv_scale = options["kv_scale"] if is_fp8 else q_latent
         attention(

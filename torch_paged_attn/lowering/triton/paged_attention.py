@@ -33,7 +33,7 @@ import triton.language as tl
 from torch import Tensor
 
 from ... import _config
-from ._launch import cdiv, contiguous_strides, launcher, next_power_of_2
+from ._launch import cdiv, contiguous_strides, launcher, next_power_of_2, same_as
 from ._softmax import LOG2E, merge_partial, merged_to_output, softmax_step, state_to_partial
 
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -814,9 +814,20 @@ def prepare_paged_attention(
     ssl, sqsl = seq_lens.stride(0), query_start_loc.stride(0)
     grid = (num_q_blocks, num_kv_heads * num_head_groups, num_splits if write_partial else 1)
     po_strides, pl_strides = workspace.po_strides, workspace.pl_strides
+    # the stand-ins ``run`` passes for absent tensors (the launcher reads them off their targets)
+    stand_ins = {
+        name: same_as(target)
+        for name, target, absent in (
+            ("alibi_slopes_ptr", "query_ptr", alibi_slopes is None), ("sinks_ptr", "query_ptr", sinks is None),
+            ("k_scale_ptr", "query_ptr", not is_fp8), ("v_scale_ptr", "query_ptr", not is_fp8),
+            ("lse_ptr", "out_ptr", not has_lse), ("part_out_ptr", "out_ptr", not write_partial),
+            ("part_lse_ptr", "out_ptr", not write_partial),
+        )
+        if absent
+    }
     # every launch argument but the tensors, decided once for all calls of this signature
     attention = launcher(
-        _attention_kernel, grid,
+        _attention_kernel, grid, **stand_ins,
         scale=float(scale), softcap=float(softcap), unit=1.0,
         # a window side or chunk of 2^29 or more is the same as 2^29 (positions < 2^28): int32
         # arithmetic on positions plus these stays below 2^30
@@ -850,6 +861,7 @@ def prepare_paged_attention(
     combine_grid, blocking = _combine_blocking(num_tokens, num_heads, dv_pad, num_splits, device)
     combine = launcher(
         _combine_kernel, combine_grid,
+        **{k: v for k, v in stand_ins.items() if k == "lse_ptr"},
         split_tokens=split_tokens, long_split_tokens=long_split_tokens, long_from=long_from,
         num_splits=num_splits, num_tokens=num_tokens, num_seqs=num_seqs,
         num_heads=num_heads,
@@ -863,7 +875,7 @@ def prepare_paged_attention(
     )
 
     def run(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, lse, options):
-        part_out, part_lse = workspace.tensors(out)
+        part_out, part_lse = workspace.tensors(out) if write_partial else (out, out)
         lse_t = lse if has_lse else out
         sinks = options["sinks"]
         sinks = sinks if sinks is not None else query
