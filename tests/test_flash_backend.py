@@ -48,6 +48,7 @@ def _clean(monkeypatch):
     flash._function.cache_clear()
     flash._fa4_forward.cache_clear()
     yield
+    monkeypatch.undo()  # a test's replacements of flash's functions go first
     pa.set_backend(None)
     lowering._CHOICES.clear()
     flash._PLANS.clear()
