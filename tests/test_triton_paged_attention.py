@@ -415,16 +415,16 @@ def check_combine_blockings(device: str, case: Case, monkeypatch, settings: list
 
 @interpreter_tier
 def test_combine_blockings_bitwise_interpreted(monkeypatch) -> None:
-    """The combine kernel at the blocking of large batches (4 partials an iteration), with two
-    heads a program, and with one head and 32 value columns a program (Dv 96 padded to 128: the
+    """The combine kernel at the blocking of large batches (4 partials an iteration), with one
+    head and whole rows a program (8 partials an iteration), and with one head and 32 value columns a program (Dv 96 padded to 128: the
     last column block is all padding) loading 8 partials an iteration (one iteration) and 4 (two):
     the same bits. Decode of 3 sequences with 5, 2 and 1 splits (two merge groups, the second
     with 3 empty partials; one group; one split), sinks, a padding row."""
     case = Case((1, 1, 1), (600, 130, 5), num_heads=4, num_kv_heads=2, head_size=32, head_size_v=96,
                 split_tokens=128, sinks=True, pad_tokens=1, dtype=FP16)
-    settings = combine_settings(1, 8, 10**9, few_load_splits=4)
+    settings = combine_settings(1, 9, 10**9, few_load_splits=4)
     launched = check_combine_blockings("cpu", case, monkeypatch, settings, max_query_len=1)
-    assert launched == [((4, 1, 1), 4, 128, 4, 4), ((4, 2, 1), 2, 128, 8, 8), ((4, 4, 4), 1, 32, 8, 1),
+    assert launched == [((4, 1, 1), 4, 128, 4, 4), ((4, 4, 1), 1, 128, 8, 4), ((4, 4, 4), 1, 32, 8, 1),
                         ((4, 4, 4), 1, 32, 4, 1)]
 
 

@@ -117,9 +117,13 @@ _MERGE_GROUP = 4
 # the combine of B1 x 32768 (Hq 32, D 128, 32 splits) ran 8 programs of 4 heads, 15.65 us for
 # 0.54 MB (occupancy 6 %) beside 54.2 us of attention, and MLA B1 x 32768 H128 (latent 512, 64
 # splits) 128 programs of one head, 24.4 us for 16.8 MB (20 % of DRAM throughput) beside 48.4 us.
-# Now 128 programs of [1, 32] (1 warp) and 256 of [1, 256] (8 warps), 16 partials an iteration:
-# not yet timed on a GPU. sm_90, Triton 3.6: 128 and 153 registers, no spills; at most 206 (a
-# [2, 128] slab with sinks and lse; 233 with 2 floats a thread); whole rows, 4 partials: 56-66.
+# H100, 2026-11-24 (tune.py combine_b1 / combine_mla_b1, the whole op in graph replays;
+# results/tune-NVIDIA-H100-80GB-HBM3-2026-11-24-combine.txt): B1 x 32768 attention, 128 programs
+# of [1, 32] (1 warp), 16 partials an iteration: 55.05 us against 62.84 with whole rows (8
+# programs; 4, 8 partials: 55.46, 55.30); MLA B1 x 32768 H128: whole rows (128 programs of one
+# head, one iteration ahead) 51.33 us against 53.87 for 256 programs of [1, 256]. So whole rows
+# wherever they cover half the SMs. sm_90, Triton 3.6: 128 and 153 registers, no spills; at most
+# 206 (a [2, 128] slab with sinks and lse; 233 with 2 floats a thread); whole rows, 4 partials: 56-66.
 _COMBINE_TILE = 512
 _COMBINE_MIN_DV_BLOCK = 32
 _COMBINE_FEW_LOAD_SPLITS = 16
@@ -618,7 +622,7 @@ def _combine_blocking(num_tokens: int, num_heads: int, dv_pad: int, num_splits: 
     block_h = max(1, min(next_power_of_2(num_heads), _COMBINE_TILE // dv_pad))
     dv_block = dv_pad
     want = _COMBINE_MIN_PROGRAMS if _COMBINE_MIN_PROGRAMS is not None else _num_sms(device)
-    if num_tokens * cdiv(num_heads, block_h) >= want:  # many tokens: whole rows, 4 floats a thread
+    if 2 * num_tokens * cdiv(num_heads, block_h) >= want:  # whole rows cover half the SMs: 4 floats a thread
         grid = (num_tokens, cdiv(num_heads, block_h), 1)
         return grid, dict(BLOCK_H=block_h, DV_BLOCK=dv_block, LOAD_SPLITS=_MERGE_GROUP,
                           num_warps=max(1, min(4, block_h * dv_block // 128)))
