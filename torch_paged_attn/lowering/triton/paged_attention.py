@@ -199,11 +199,18 @@ def _find_sequence(query_start_loc_ptr, stride_qsl, num_seqs, target, BLOCK_Q: t
 
 @triton.jit
 def _load_block_ids(block_row_ptr, stride_bt_block, start, seq_len, max_blocks, BLOCK_SIZE: tl.constexpr,
-                    TILE_N: tl.constexpr):
+                    TILE_N: tl.constexpr, ALIGNED: tl.constexpr = False):
     """Cache block of key positions ``start .. start + TILE_N - 1``: [TILE_N] int32, -1 for
-    positions past ``seq_len`` or past the block table (those are never read)."""
+    positions past ``seq_len`` or past the block table (those are never read). ``ALIGNED``: the
+    caller's ``start`` is a multiple of ``TILE_N`` and at least 0, so where ``BLOCK_SIZE``
+    divides ``TILE_N`` the block index is one scalar division plus a constant pattern instead of
+    a signed division per key (the prefill kernel; decode keeps the per-key form, see
+    ``_DECODE_CONFIGS``)."""
     offs_n = start + tl.arange(0, TILE_N)
-    block_idx = offs_n // BLOCK_SIZE
+    if ALIGNED and TILE_N % BLOCK_SIZE == 0:
+        block_idx = start // BLOCK_SIZE + tl.arange(0, TILE_N) // BLOCK_SIZE
+    else:
+        block_idx = offs_n // BLOCK_SIZE
     in_seq = (offs_n < seq_len) & (block_idx < max_blocks)
     return tl.load(block_row_ptr + block_idx * stride_bt_block, mask=in_seq, other=-1)
 

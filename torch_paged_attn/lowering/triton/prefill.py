@@ -51,7 +51,7 @@ from ._softmax import LOG2E, merged_to_output
 # sm_90, Triton 3.6 (``benchmarks/sass_report.py``, results/sass-sm90-triton3.6-2026-11-23-
 # prefill*.txt): this tile 232 registers, no stack, 452 SASS instructions a 64-key inner tile
 # against 828 in the shared kernel; TILE_N 128 spills (D <= 64 takes the D 128 tile). With the
-# slots and block indices of a tile taken from its aligned start (``_tile``, ``_tile_block_ids``):
+# slots and block indices of a tile taken from its aligned start (``_tile``, ``_load_block_ids``'s ALIGNED):
 # 405 instructions a tile, 227 registers; H100, 2026-11-24, graph replays (results/gpu-2026-11-24/
 # pa-slots.txt): prefill 450.1 -> 402.8 us (341 TFLOP/s), chunked 386.3 -> 341.5 us.
 _CONFIGS = {
@@ -133,21 +133,6 @@ def _load_tile_rows(base_ptr, rows, offs, row_ok, SIZE: tl.constexpr, PAD: tl.co
     if MASKED or SIZE != PAD:
         return _load_rows(base_ptr, rows, offs, row_ok, SIZE, PAD)
     return tl.load(base_ptr + rows[:, None] + offs[None, :])
-
-
-@triton.jit
-def _tile_block_ids(block_row_ptr, stride_bt_block, start, seq_len, max_blocks, BLOCK_SIZE: tl.constexpr,
-                    TILE_N: tl.constexpr):
-    """``paged_attention._load_block_ids`` for a ``start`` that is a multiple of ``TILE_N`` and
-    at least 0 (every key tile here: the phases start at multiples of TILE_N): where
-    ``BLOCK_SIZE`` divides ``TILE_N`` the block index is one scalar division plus a constant
-    pattern instead of a signed division per key."""
-    if TILE_N % BLOCK_SIZE == 0:
-        offs_n = start + tl.arange(0, TILE_N)
-        block_idx = start // BLOCK_SIZE + tl.arange(0, TILE_N) // BLOCK_SIZE
-        in_seq = (offs_n < seq_len) & (block_idx < max_blocks)
-        return tl.load(block_row_ptr + block_idx * stride_bt_block, mask=in_seq, other=-1)
-    return _load_block_ids(block_row_ptr, stride_bt_block, start, seq_len, max_blocks, BLOCK_SIZE, TILE_N)
 
 
 @triton.jit
@@ -398,10 +383,11 @@ def _prefill_kernel(
             first, end = mid_lo, mid_hi
         else:
             first, end = mid_hi, kv_hi
-        block = _tile_block_ids(seq_row_ptr, stride_bt_block, first, seq_len, max_blocks, BLOCK_SIZE, TILE_N)
+        # every phase starts at a multiple of TILE_N: the aligned block indices
+        block = _load_block_ids(seq_row_ptr, stride_bt_block, first, seq_len, max_blocks, BLOCK_SIZE, TILE_N, True)
         for start in range(first, end, TILE_N):
-            next_block = _tile_block_ids(seq_row_ptr, stride_bt_block, start + TILE_N, seq_len, max_blocks,
-                                         BLOCK_SIZE, TILE_N)
+            next_block = _load_block_ids(seq_row_ptr, stride_bt_block, start + TILE_N, seq_len, max_blocks,
+                                         BLOCK_SIZE, TILE_N, True)
             m_i, l_i, acc = _tile(
                 q, m_i, l_i, acc, start, block, num_blocks, kv_head,
                 key_cache_ptr, value_cache_ptr, stride_kc_block, stride_kc_slot, stride_kc_head,
