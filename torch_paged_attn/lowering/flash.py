@@ -614,11 +614,9 @@ def prepare_paged_attention(
         if plan is not None and plain_eager(query):
             plan(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, None, out, lse,
                  options["alibi_slopes"], options["sinks"])
-        else:
-            torch.ops.paged_attn._flash_attention(
-                adapter, query, key_cache, value_cache, block_table, seq_lens, query_start_loc, None, out, lse,
-                *fixed, options["alibi_slopes"], options["sinks"], bound,
-            )
+        else:  # the private op (its body directly where nothing traces: a plan made while tracing)
+            _run_op(adapter, query, key_cache, value_cache, block_table, seq_lens, query_start_loc, None, out, lse,
+                    *fixed, options["alibi_slopes"], options["sinks"], bound)
 
     return run
 
