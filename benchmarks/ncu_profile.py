@@ -16,6 +16,7 @@ benchmarks' eager rows time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 
@@ -46,7 +47,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.sweep} candidate {args.candidate}: {value}", flush=True)
         ctx = tune._candidate(sweep, value)
     else:
-        import contextlib
         ctx = contextlib.nullcontext()
     with ctx:
         for _ in range(3):  # compile, plan, allocate
