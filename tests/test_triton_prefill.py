@@ -261,6 +261,98 @@ def test_prefill_kernel_cuda_graph_and_compile(sm90_everywhere) -> None:
     assert torch.equal(eager[0], compiled[0]) and torch.equal(eager[1], compiled[1])
 
 
+# -- GPU tier: the Gluon kernel (prefill_sm90) on every call it takes ------------------------------
+
+@pytest.fixture
+def gluon_prefill(sm90_everywhere, monkeypatch):
+    """The Gluon sm_90 prefill kernel switched on; the rows of each call it ran are recorded."""
+    from torch_paged_attn.lowering.triton import prefill_sm90
+
+    if torch.cuda.get_device_capability() != (9, 0) or prefill_sm90.gluon is None:
+        pytest.skip("the Gluon prefill kernel runs on sm_90 with Gluon only")
+    monkeypatch.setattr(prefill, "SM90_GLUON", True)
+    launched = []
+    real = prefill_sm90.prepare
+    monkeypatch.setattr(prefill_sm90, "prepare", lambda *a, **k: launched.append(k["rows"]) or real(*a, **k))
+    return launched
+
+
+# every block size it takes (8 .. 128: 8 pages a tile .. one page, part of a page), both head sizes,
+# causal and not, GQA packing (1, 4, 8 heads a kv head), empty sequences, chunked prefill, padding
+# rows, lengths of 1, BS +- 1 and across the 64-key tiles, fp16, no LSE
+_GLUON_CASES = [
+    Case((7, 20, 0, 5, 1), (7, 60, 0, 21, 17), head_size=64, pad_tokens=3),
+    Case((33, 2), (33, 40), num_heads=8, num_kv_heads=2, block_size=32, head_size=128),
+    Case((19,), (50,), causal=False, num_heads=3, num_kv_heads=3, block_size=64, head_size=64),
+    Case((200, 37, 1), (200, 300, 129), num_heads=16, num_kv_heads=2, block_size=8, head_size=128, with_lse=False),
+    Case((130, 64), (1000, 64), num_heads=4, num_kv_heads=4, block_size=128, head_size=128, causal=False),
+    Case((300, 170), (300, 900), num_heads=32, num_kv_heads=8, head_size=128),
+    Case((9, 12, 65), (40, 12, 65), dtype=FP16, head_size=64, block_size=16),
+    Case((128, 127), (191, 127), num_heads=8, num_kv_heads=1, head_size=128, block_size=16, pad_tokens=5),
+]
+
+
+@gpu_tier
+@pytest.mark.parametrize("case", _GLUON_CASES, ids=lambda c: c.id)
+def test_gluon_prefill_kernel_cuda(case: Case, gluon_prefill) -> None:
+    """Against the reference on the float32 upcast; outputs and LSEs NaN-poisoned, caches NaN in
+    uncovered slots (``make_inputs``)."""
+    batch, options = make_inputs(case, "cuda", zlib.crc32(case.id.encode()))
+    out, lse = run_triton(batch, options, with_lse=case.with_lse)
+    assert gluon_prefill and gluon_prefill[-1][0] == 128, "the Gluon prefill kernel did not run"
+    check_against_reference(batch, options, out, lse, case.dtype)
+
+
+@gpu_tier
+def test_gluon_prefill_kernel_bad_block_ids_cuda(gluon_prefill) -> None:
+    """Block ids outside [0, NB) (-1, NB, -2^31, 2^31 - 1) hide their keys."""
+    from test_triton_paged_attention import _bad_block_ids
+
+    case = Case((90, 3, 120), (100, 50, 640), num_heads=8, num_kv_heads=2, head_size=128, block_size=16)
+    batch, options = make_inputs(case, "cuda", seed=11)
+    _bad_block_ids(batch)
+    out, lse = run_triton(batch, options)
+    assert gluon_prefill, "the Gluon prefill kernel did not run"
+    assert torch.isfinite(out).all() and not torch.isnan(lse).any()
+    check_against_reference(batch, options, out, lse, case.dtype)
+
+
+@gpu_tier
+def test_gluon_prefill_kernel_declines_cuda(gluon_prefill) -> None:
+    """What it does not take (softcap, sinks, fp8, head size 32, odd block sizes) runs the Triton
+    prefill kernel, right all the same."""
+    for case in (Case((40,), (60,), head_size=64, softcap=3.0), Case((40,), (60,), head_size=64, sinks=True),
+                 Case((40,), (60,), head_size=128, cache_dtype=E4M3), Case((40,), (60,), head_size=32),
+                 Case((40,), (60,), head_size=64, block_size=24)):
+        gluon_prefill.clear()
+        batch, options = make_inputs(case, "cuda", zlib.crc32(case.id.encode()))
+        out, lse = run_triton(batch, options)
+        assert not gluon_prefill, f"the Gluon kernel took {case.id}"
+        check_against_reference(batch, options, out, lse, case.dtype)
+
+
+@gpu_tier
+def test_gluon_prefill_kernel_cuda_graph_and_compile(gluon_prefill) -> None:
+    """Captured once (no host sync), replayed on new lengths; the public op under
+    torch.compile(fullgraph=True) gives the eager bits."""
+
+    def launched() -> None:
+        assert gluon_prefill, "the Gluon prefill kernel did not run"
+
+    static, options = check_graph_replay(
+        400, ([100, 37, 200, 1], [900, 37, 260, 1200]),
+        (([3, 300, 0, 90], [30, 1270, 0, 95]), ([1, 1, 1, 1], [1, 2, 3, 1100])), after_warmup=launched)
+
+    public = {k: v for k, v in options.items() if k not in ("k_scale", "v_scale")}
+
+    def functional(q, kc, vc, bt, sl, qsl):
+        return torch_paged_attn.paged_attention(q, kc, vc, bt, sl, qsl, return_lse=True, **public)
+
+    eager = functional(*static.args())
+    compiled = torch.compile(functional, fullgraph=True)(*static.args())
+    assert torch.equal(eager[0], compiled[0]) and torch.equal(eager[1], compiled[1])
+
+
 # -- D40/Dv24: ptxas (Triton 3.6, sm_90) built the P @ V descriptors from unwritten registers ------
 
 # The case of the H100 failure and the variants measured there (results/gpu-tests-2026-11-23-d/

@@ -66,6 +66,10 @@ _CONFIGS = {
 
 _MAX_GRID_Y = 65535  # CUDA's limit on grid axis 1
 
+# Calls ``prefill_sm90`` takes (sm_90, bf16/fp16, head size 64/128, no window/chunk/softcap/ALiBi/
+# sinks/fp8) run that Gluon kernel instead of ``_prefill_kernel`` when this is True.
+SM90_GLUON = False
+
 
 def _capability(device: torch.device) -> tuple[int, int] | None:
     """The device's compute capability, None off CUDA (tests and ``sass_report`` replace this)."""
@@ -427,6 +431,14 @@ def prepare(
     group = num_heads // num_kv_heads
     _, tile_n, num_warps, num_stages, _, lazy_rescale = tile
     block_m, block_q, heads, num_head_groups = _rows(tile, group, max_query_len)
+    if SM90_GLUON:
+        from . import prefill_sm90
+
+        if prefill_sm90.declines(query, key_cache, value_cache, block_m, scale=scale, window_left=window_left,
+                                 window_right=window_right, softcap=softcap, alibi_slopes=alibi_slopes,
+                                 sinks=sinks, attention_chunk_size=attention_chunk_size) is None:
+            return prefill_sm90.prepare(query, key_cache, value_cache, block_table, out, lse, scale=scale,
+                                        causal=causal, rows=(block_m, block_q, heads, num_head_groups))
     # K and V tiles of one width when both head sizes pad (D 40 / Dv 24 -> 64 / 64): a workaround for
     # Triton 3.6's ptxas, whose P @ V wgmma descriptors otherwise read unwritten uniform registers
     # (``paged_attention._tile_pads``); not yet verified on a GPU

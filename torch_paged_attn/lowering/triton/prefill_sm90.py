@@ -1,0 +1,497 @@
+"""Paged attention for prefill-like calls on Hopper (sm_90), written in Gluon: TMA page loads,
+asynchronous wgmma, the softmax of one key tile beside the P @ V of the one before.
+
+Computes what ``prefill._prefill_kernel`` computes (causal or full attention of many query tokens
+over a block-table K/V cache, FlashAttention-2's online softmax in base 2) for the calls it takes
+(``supports``): bf16/fp16 queries and caches of the same dtype, head sizes 64 or 128 (K and V the
+same), block sizes that are powers of two >= 8, caches whose ``[NB, BS, Hkv, D]`` storage is
+contiguous, no window, chunk, softcap, ALiBi, sinks or fp8. What it changes is how a tile is fed
+and scheduled, which Triton's automatic pipeliner does not let the other kernel choose:
+
+- **Loads.** K and V pages come in through tensor-memory-access copies (TMA): the cache seen as a
+  2-D ``[NB * BS, Hkv * D]`` tensor, one box of ``min(BS, 64)`` rows x 64 columns a copy, issued by
+  one thread into a 64-key x 64-column stage of shared memory (128-byte swizzle, the wgmma operand
+  layout; head size 128 is two such column halves). No thread computes a gathered row address;
+  a block id outside ``[0, NB)`` (and a page past the sequence) points the copy past the tensor's
+  last row, where TMA fills zeros, and the scores mask those keys. ``STAGES`` tiles in flight,
+  each K and V stage signalled by its own mbarrier (expected bytes).
+- **Schedule.** FlashAttention-3's intra-warpgroup pipelining (Shah et al. 2024): in iteration j
+  the scores of tile j (``S = Q K_j^T``) and the product of tile j - 1 (``O += P_{j-1} V_{j-1}``)
+  are issued back to back as asynchronous wgmma; the softmax of tile j runs while the tensor cores
+  work on ``P_{j-1} V_{j-1}``; then ``O`` is rescaled. Q stays in shared memory (wgmma's A from
+  shared memory), P goes from registers.
+- **Rows.** 128 rows a program in two warpgroups (8 warps, each warpgroup 64 rows): ``BLOCK_Q``
+  tokens x the ``HEADS`` query heads of one kv head (the GQA group packed, K/V loaded once for
+  it), as in ``prefill``; the grid, the query-block order (longest causal blocks first) and the
+  sequence search are that kernel's.
+
+Tiles whose 64 keys every row sees (and whose block ids one pass over the block table proves in
+range) run without position or id masks; the first tile, the causal diagonal and the sequence end
+run masked. V rows past the sequence end in the last tile are zeroed in shared memory before its
+P @ V (the cache there may hold anything, and 0 * NaN is NaN).
+
+Bytes moved, at most: ``sum_b cdiv(q_len_b, BLOCK_Q) * kv_b * Hkv * NUM_HEAD_GROUPS * (D + Dv) *
+cache_bytes`` of K/V through L2 (``kv_b`` the keys a query block sees) + ``T * Hq * (D + Dv) *
+q_bytes`` + the LSE; FLOPs ``4 * D`` per visible (query, key) pair and head. Shared memory:
+``128 * D * 2`` (Q) + ``STAGES * 2 * 64 * D * 2`` bytes (K, V).
+
+Runs only on a CUDA device of compute capability 9.0 (Gluon kernels have no interpreter); the
+Triton kernel in ``prefill`` runs every call this one declines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+try:  # Gluon ships with Triton >= 3.5; without it this kernel declines every call
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait,
+    )
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+except ImportError:  # pragma: no cover - depends on the installed Triton
+    gluon = None
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+TILE_N = 64  # keys a tile; also the column width of one shared-memory half (128 bytes of bf16)
+BLOCK_M = 128  # rows a program: two consumer warpgroups of 64
+NUM_WARPS = 4  # the kernel's own warps: the first consumer warpgroup; the second and the producer warp are added
+REGS_CONSUMER = 232  # registers a thread of the second consumer warpgroup (setmaxnreg); not yet timed
+REGS_PRODUCER = 24
+# K/V tiles in flight and the second consumer warpgroup's registers. H100, 2026-11-24, graph
+# replays (results/gpu-2026-11-24b/gluon-sweep.txt), prefill 4 x 2048 / chunked 4 x 512 on 4096, us:
+# 2 stages 356.4 / 294.3, 3 stages 362.9 / 300.1, 4 stages 357.5 / 294.9 (232 registers; 240:
+# within 1 %); the Triton prefill kernel 409.3 / 347.1.
+STAGES = 2
+
+
+def declines(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_m: int, *, scale: float,
+             window_left: int, window_right: int, softcap: float, alibi_slopes: Tensor | None,
+             sinks: Tensor | None, attention_chunk_size: int) -> str | None:
+    """Why this kernel does not take a call that ``prefill`` plans with ``block_m`` rows a program
+    (None: it takes it). Static facts only: device, dtypes, sizes, strides, the options."""
+    if gluon is None:
+        return "Gluon is not available in this Triton"
+    if query.device.type != "cuda" or torch.cuda.get_device_capability(query.device) != (9, 0):
+        return "not an sm_90 device"
+    if query.dtype not in (torch.bfloat16, torch.float16) or key_cache.dtype != query.dtype \
+            or value_cache.dtype != query.dtype:
+        return "dtype: bf16/fp16 queries and caches of the same dtype only"
+    head_size, head_size_v = query.shape[2], value_cache.shape[3]
+    if head_size != head_size_v or head_size not in (64, 128):
+        return "head sizes 64 and 128 (K and V alike) only"
+    num_blocks, block_size, num_kv_heads, _ = key_cache.shape
+    if block_size < 8 or block_size & (block_size - 1):
+        return "block size: a power of two >= 8 only"
+    for cache in (key_cache, value_cache):  # storages start 16-byte aligned (the caching allocator's 512)
+        if not cache.is_contiguous() or cache.storage_offset() * cache.element_size() % 16:
+            return "caches: contiguous, 16-byte aligned storage only"
+    if num_blocks * block_size >= 2**31 - 64:
+        return "cache rows: under 2^31 (TMA coordinates are int32)"
+    if query.stride(2) != 1:
+        return "query: contiguous head dimension only"
+    if (window_left >= 0 or window_right >= 0 or attention_chunk_size > 0 or softcap > 0
+            or alibi_slopes is not None or sinks is not None):
+        return "window, chunk, softcap, ALiBi and sinks run in the Triton kernel"
+    if not scale > 0:
+        return "scale: > 0 only"
+    if block_m != BLOCK_M:
+        return "rows: 128 a program (two warpgroups) only"
+    return None
+
+
+if gluon is not None:
+    _TILE = gl.constexpr(TILE_N)
+    REGS_PRODUCER = gl.constexpr(REGS_PRODUCER)
+    _LOG2E = gl.constexpr(LOG2E)
+    _LN2 = gl.constexpr(LN2)
+
+    @gluon.jit
+    def _copy_page(desc, bar, smem, stage, row, col, tile_row, BOX: gl.constexpr, DH: gl.constexpr):
+        """TMA copies of one page's ``BOX`` rows into rows ``tile_row ..`` of ``stage`` (both
+        64-column halves at D 128)."""
+        for h in gl.static_range(DH):
+            tma.async_copy_global_to_shared(desc, [row, col + h * 64], bar, smem.index(stage * DH + h).slice(tile_row, BOX))
+
+    @gluon.jit
+    def _page_row(key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks, BLOCK_SIZE: gl.constexpr):
+        """The cache row (of ``[NB * BS, ...]``) holding key ``key0``; past the last row (TMA reads
+        zeros there) for a page past ``num_pages`` or an id outside ``[0, num_blocks)``."""
+        page = key0 // BLOCK_SIZE
+        blk = gl.load(seq_row_ptr + page * stride_bt_block, mask=page < num_pages, other=-1)
+        ok = (blk >= 0) & (blk < num_blocks)
+        return gl.where(ok, blk * BLOCK_SIZE + key0 % BLOCK_SIZE, num_blocks * BLOCK_SIZE)
+
+    @gluon.jit
+    def _producer(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, n_tiles, seq_row_ptr,
+                  stride_bt_block, num_pages, num_blocks, col,
+                  BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr, DH: gl.constexpr, STAGES: gl.constexpr):
+        """One warp: the K and V pages of every tile, ``STAGES`` tiles ahead of the consumers, each
+        stage refilled once both consumer warpgroups released it. A page past ``num_pages`` or with
+        an id outside ``[0, num_blocks)`` is copied from past the cache's last row: zeros."""
+        PAGES: gl.constexpr = _TILE // BOX
+        nbytes: gl.constexpr = BOX * 64 * 2 * PAGES * DH
+        for j in range(n_tiles):
+            stage = j % STAGES
+            phase = ((j // STAGES) & 1) ^ 1  # a fresh barrier's "previous" phase is complete
+            mbarrier.wait(k_empty.index(stage), phase)
+            mbarrier.expect(k_ready.index(stage), nbytes)
+            for i in gl.static_range(PAGES):
+                row = _page_row(j * _TILE + i * BOX, seq_row_ptr, stride_bt_block, num_pages, num_blocks, BLOCK_SIZE)
+                _copy_page(k_desc, k_ready.index(stage), k_smem, stage, row, col, i * BOX, BOX, DH)
+            mbarrier.wait(v_empty.index(stage), phase)
+            mbarrier.expect(v_ready.index(stage), nbytes)
+            for i in gl.static_range(PAGES):
+                row = _page_row(j * _TILE + i * BOX, seq_row_ptr, stride_bt_block, num_pages, num_blocks, BLOCK_SIZE)
+                _copy_page(v_desc, v_ready.index(stage), v_smem, stage, row, col, i * BOX, BOX, DH)
+
+    @gluon.jit
+    def _scores(q_smem, wg: gl.constexpr, k_smem, stage, s_layout: gl.constexpr, DH: gl.constexpr):
+        """Issue ``S = Q K^T`` of the tile in ``stage`` for warpgroup ``wg``'s rows (asynchronous;
+        the caller waits): [64, TILE_N]."""
+        s = gl.zeros([64, _TILE], gl.float32, s_layout)
+        s = warpgroup_mma(q_smem.index(wg * DH), k_smem.index(stage * DH).permute((1, 0)), s, use_acc=False,
+                          is_async=True)
+        for h in gl.static_range(1, DH):
+            s = warpgroup_mma(q_smem.index(wg * DH + h), k_smem.index(stage * DH + h).permute((1, 0)), s,
+                              is_async=True)
+        return s
+
+    @gluon.jit
+    def _softmax(s, m_i, l_i, start, kv_hi, pos, seq_row_ptr, stride_bt_block, num_pages, num_blocks, qk_scale,
+                 s_layout: gl.constexpr, BLOCK_SIZE: gl.constexpr, MASKED: gl.constexpr, CAUSAL: gl.constexpr):
+        """Fold scores ``s`` of the tile at ``start`` into ``(m_i, l_i)`` (log2 domain): returns
+        ``(p, m_new, l_new, alpha)``, ``alpha`` the accumulator's rescale. ``MASKED``: hide keys at
+        or past ``kv_hi``, with a bad block id, or (``CAUSAL``) past a row's position."""
+        if MASKED:
+            offs_n = start + gl.arange(0, _TILE, layout=gl.SliceLayout(0, s_layout))
+            page = offs_n // BLOCK_SIZE
+            blk = gl.load(seq_row_ptr + page * stride_bt_block, mask=page < num_pages, other=-1)
+            key_ok = (blk >= 0) & (blk < num_blocks) & (offs_n < kv_hi)
+            visible = gl.expand_dims(key_ok, 0) & (gl.expand_dims(pos, 1) >= 0)
+            if CAUSAL:
+                visible = visible & (gl.expand_dims(offs_n, 0) <= gl.expand_dims(pos, 1))
+            s = gl.where(visible, s, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+        m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)  # no visible key yet: p = 0, not NaN
+        alpha = gl.exp2(m_i - m_ref)
+        p = gl.exp2(s * qk_scale - gl.expand_dims(m_ref, 1))
+        l_new = l_i * alpha + gl.sum(p, 1)
+        return p, m_new, l_new, alpha
+
+    @gluon.jit
+    def _step(j, q_smem, wg: gl.constexpr, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, p, m_i, l_i, o0, o1,
+              kv_hi, pos, seq_row_ptr, stride_bt_block, num_pages, num_blocks, qk_scale,
+              s_layout: gl.constexpr, p_layout: gl.constexpr, BLOCK_SIZE: gl.constexpr,
+              DH: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr, CAUSAL: gl.constexpr):
+        """Iteration ``j >= 1``: the scores of tile j and P @ V of tile j - 1 in flight together, the
+        softmax of tile j beside the latter; each stage released as soon as its wgmma is done."""
+        stage = j % STAGES
+        mbarrier.wait(k_ready.index(stage), (j // STAGES) & 1)
+        s = _scores(q_smem, wg, k_smem, stage, s_layout, DH)
+        prev = (j - 1) % STAGES
+        mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
+        o0 = warpgroup_mma(p, v_smem.index(prev * DH), o0, is_async=True)
+        if DH == 2:
+            o1 = warpgroup_mma(p, v_smem.index(prev * DH + 1), o1, is_async=True)
+        s = warpgroup_mma_wait(num_outstanding=DH, deps=(s, ))
+        mbarrier.arrive(k_empty.index(stage))
+        p_new, m_i, l_i, alpha = _softmax(s, m_i, l_i, j * _TILE, kv_hi, pos, seq_row_ptr, stride_bt_block,
+                                          num_pages, num_blocks, qk_scale, s_layout, BLOCK_SIZE, MASKED, CAUSAL)
+        if DH == 2:
+            o0, o1, p = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, p))
+            o1 = o1 * gl.expand_dims(alpha, 1)
+        else:
+            o0, p = warpgroup_mma_wait(num_outstanding=0, deps=(o0, p))
+        mbarrier.arrive(v_empty.index(prev))
+        o0 = o0 * gl.expand_dims(alpha, 1)
+        p = gl.convert_layout(p_new.to(q_smem.dtype), p_layout)
+        return p, m_i, l_i, o0, o1
+
+    @gluon.jit
+    def _consumer(wg: gl.constexpr, query_ptr, out_ptr, lse_ptr, q_smem_all, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
+                  tail_bar, seq_row_ptr, stride_bt_block, num_pages, num_blocks, n_tiles, n_full, kv_hi, seq_len,
+                  scale, q_start, q_len, q_block_start, context, num_tokens, kv_head, head_group,
+                  stride_q_tok, stride_q_head, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head,
+                  GROUP: gl.constexpr, HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, HEAD_SIZE: gl.constexpr,
+                  BLOCK_SIZE: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, HAS_LSE: gl.constexpr):
+        """One warpgroup: rows ``[64 wg, 64 wg + 64)`` of the program's 128, over every tile."""
+        DH: gl.constexpr = HEAD_SIZE // 64
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, _TILE, 16])
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2)
+        row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+        col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+        io_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+        dtype: gl.constexpr = query_ptr.dtype.element_ty
+
+        # -- rows: query token (row // HEADS) x query head (row % HEADS) of this kv head --
+        offs_m = wg * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, io_layout))
+        offs_c = gl.arange(0, 64, layout=gl.SliceLayout(0, io_layout))
+        local = q_block_start + offs_m // HEADS
+        head = kv_head * GROUP + head_group * HEADS + offs_m % HEADS
+        row_ok = (offs_m // HEADS < BLOCK_Q) & (head_group * HEADS + offs_m % HEADS < GROUP) & (local < q_len)
+        tok = q_start + local
+        row_ok = row_ok & (tok >= 0) & (tok < num_tokens)
+        q_rows = gl.expand_dims(tok.to(gl.int64) * stride_q_tok + head * stride_q_head, 1)
+        for h in gl.static_range(DH):
+            q = gl.load(query_ptr + q_rows + gl.expand_dims(offs_c + h * 64, 0), mask=gl.expand_dims(row_ok, 1),
+                        other=0.0)
+            q_smem_all.index(wg * DH + h).store(q)
+        fence_async_shared()
+        gl.thread_barrier()
+
+        srow = wg * 64 + gl.arange(0, 64, layout=row_layout)
+        pos = gl.where(srow // HEADS < BLOCK_Q, context + q_block_start + srow // HEADS, -1)
+        qk_scale = scale * _LOG2E
+        m_i = gl.full([64], float("-inf"), gl.float32, row_layout)
+        l_i = gl.zeros([64], gl.float32, row_layout)
+        o0 = gl.zeros([64, 64], gl.float32, s_layout)
+        o1 = gl.zeros([64, 64], gl.float32, s_layout)
+
+        if n_tiles > 0:
+            # tile 0, masked: its scores alone
+            mbarrier.wait(k_ready.index(0), 0)
+            s = _scores(q_smem_all, wg, k_smem, 0, s_layout, DH)
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+            mbarrier.arrive(k_empty.index(0))
+            p, m_i, l_i, alpha = _softmax(s, m_i, l_i, 0, kv_hi, pos, seq_row_ptr, stride_bt_block, num_pages,
+                                          num_blocks, qk_scale, s_layout, BLOCK_SIZE, True, CAUSAL)
+            p = gl.convert_layout(p.to(dtype), p_layout)
+            # tiles 1 .. n_full - 1 unmasked, the rest masked
+            for j in range(1, n_full):
+                p, m_i, l_i, o0, o1 = _step(j, q_smem_all, wg, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, p, m_i,
+                                            l_i, o0, o1, kv_hi, pos, seq_row_ptr, stride_bt_block, num_pages,
+                                            num_blocks, qk_scale, s_layout, p_layout, BLOCK_SIZE, DH, STAGES, False,
+                                            CAUSAL)
+            for j in range(gl.maximum(n_full, 1), n_tiles):
+                p, m_i, l_i, o0, o1 = _step(j, q_smem_all, wg, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, p, m_i,
+                                            l_i, o0, o1, kv_hi, pos, seq_row_ptr, stride_bt_block, num_pages,
+                                            num_blocks, qk_scale, s_layout, p_layout, BLOCK_SIZE, DH, STAGES, True,
+                                            CAUSAL)
+            # P @ V of the last tile; its V rows past the sequence end zeroed first, half by each
+            # warpgroup, both waiting for both (the cache there may hold NaN; 0 * NaN is NaN)
+            last = n_tiles - 1
+            stage = last % STAGES
+            mbarrier.wait(v_ready.index(stage), (last // STAGES) & 1)
+            tail = seq_len - last * _TILE
+            if tail < _TILE:
+                zl: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+                zrows = wg * 32 + gl.arange(0, 32, layout=gl.SliceLayout(1, zl))
+                for h in gl.static_range(DH):
+                    buf = v_smem.index(stage * DH + h).slice(wg * 32, 32)
+                    v = buf.load(zl)
+                    buf.store(gl.where(gl.expand_dims(zrows < tail, 1), v, gl.zeros_like(v)))
+                fence_async_shared()
+                gl.thread_barrier()
+                mbarrier.arrive(tail_bar.index(0))
+                mbarrier.wait(tail_bar.index(0), 0)
+            o0 = warpgroup_mma(p, v_smem.index(stage * DH), o0, is_async=True)
+            if DH == 2:
+                o1 = warpgroup_mma(p, v_smem.index(stage * DH + 1), o1, is_async=True)
+                o0, o1, p = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, p))
+            else:
+                o0, p = warpgroup_mma_wait(num_outstanding=0, deps=(o0, p))
+
+        # -- epilogue: out = O / l, lse = (m + log2 l) * ln 2; rows without keys 0 and -inf --
+        has_keys = l_i != 0.0
+        inv_l = gl.where(has_keys, 1.0 / gl.where(has_keys, l_i, 1.0), 0.0)
+        ocol = gl.arange(0, 64, layout=col_layout)
+        o_local = q_block_start + srow // HEADS
+        o_head_in_group = head_group * HEADS + srow % HEADS
+        o_tok = q_start + o_local
+        o_ok = (srow // HEADS < BLOCK_Q) & (o_head_in_group < GROUP) & (o_local < q_len)
+        o_ok = o_ok & (o_tok >= 0) & (o_tok < num_tokens)
+        o_head = kv_head * GROUP + o_head_in_group
+        o_rows = gl.expand_dims(o_tok.to(gl.int64) * stride_o_tok + o_head * stride_o_head, 1)
+        o_mask = gl.expand_dims(o_ok, 1)
+        gl.store(out_ptr + o_rows + gl.expand_dims(ocol, 0), (o0 * gl.expand_dims(inv_l, 1)).to(out_ptr.dtype.element_ty),
+                 mask=o_mask)
+        if DH == 2:
+            gl.store(out_ptr + o_rows + gl.expand_dims(ocol + 64, 0),
+                     (o1 * gl.expand_dims(inv_l, 1)).to(out_ptr.dtype.element_ty), mask=o_mask)
+        if HAS_LSE:
+            lse = gl.where(has_keys, (m_i + gl.log2(gl.where(has_keys, l_i, 1.0))) * _LN2, float("-inf"))
+            gl.store(lse_ptr + o_tok.to(gl.int64) * stride_lse_tok + o_head * stride_lse_head, lse, mask=o_ok)
+
+    @gluon.jit(do_not_specialize=["num_tokens", "num_seqs", "max_blocks", "num_q_blocks"])
+    def _prefill_sm90_kernel(
+        query_ptr,  # [T, Hq, D]
+        k_desc, v_desc,  # TMA descriptors of the caches as [NB * BS, Hkv * D], boxes [BOX, 64]
+        block_table_ptr, seq_lens_ptr, query_start_loc_ptr,  # [B, MB], [B], [B + 1] int32
+        out_ptr, lse_ptr,  # [T, Hq, D]; [T, Hq] float32 (HAS_LSE)
+        scale,  # float > 0
+        num_tokens, num_seqs, num_blocks, max_blocks, num_q_blocks,
+        stride_q_tok, stride_q_head, stride_bt_seq, stride_bt_block, stride_sl, stride_qsl,
+        stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head,
+        GROUP: gl.constexpr, HEADS: gl.constexpr, NUM_HEAD_GROUPS: gl.constexpr, BLOCK_Q: gl.constexpr,
+        HEAD_SIZE: gl.constexpr, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr, STAGES: gl.constexpr,
+        CAUSAL: gl.constexpr, HAS_LSE: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    ):
+        DH: gl.constexpr = HEAD_SIZE // 64
+        dtype: gl.constexpr = query_ptr.dtype.element_ty
+        pid_q = num_q_blocks - 1 - gl.program_id(1)
+        kv_head = gl.program_id(0) // NUM_HEAD_GROUPS
+        head_group = gl.program_id(0) % NUM_HEAD_GROUPS
+
+        # -- which sequence, which of its query blocks (prefill._prefill_kernel's search) --
+        lo_s = gl.program_id(0) * 0
+        hi_s = num_seqs + 1
+        while lo_s < hi_s:
+            mid = (lo_s + hi_s) // 2
+            below = gl.load(query_start_loc_ptr + mid * stride_qsl) // BLOCK_Q + mid <= pid_q
+            lo_s = gl.where(below, mid + 1, lo_s)
+            hi_s = gl.where(below, hi_s, mid)
+        seq = gl.maximum(lo_s - 1, 0)
+        is_seq = seq < num_seqs
+        q_start = gl.load(query_start_loc_ptr + seq * stride_qsl)
+        q_end = gl.load(query_start_loc_ptr + (seq + 1) * stride_qsl, mask=is_seq, other=0)
+        q_end = gl.where(is_seq, q_end, num_tokens)
+        seq_len = gl.load(seq_lens_ptr + seq * stride_sl, mask=is_seq, other=0)
+        q_len = q_end - q_start
+        q_block_start = (pid_q - (q_start // BLOCK_Q + seq)) * BLOCK_Q
+        if (q_block_start < 0) | (q_block_start >= q_len):
+            return
+        context = seq_len - q_len
+
+        # -- the keys this block sees, [0, kv_hi); those every row sees, [0, full_hi) --
+        p_first = context + q_block_start
+        p_last = context + gl.minimum(q_block_start + BLOCK_Q, q_len) - 1
+        kv_hi = gl.minimum(seq_len, max_blocks * BLOCK_SIZE)
+        full_hi = kv_hi
+        if CAUSAL:
+            kv_hi = gl.minimum(kv_hi, p_last + 1)
+            full_hi = gl.minimum(full_hi, p_first + 1)
+        n_tiles = (gl.maximum(kv_hi, 0) + _TILE - 1) // _TILE
+        n_full = gl.minimum(gl.maximum(full_hi, 0) // _TILE, n_tiles)
+        num_pages = (gl.maximum(seq_len, 0) + BLOCK_SIZE - 1) // BLOCK_SIZE
+        seq_row_ptr = block_table_ptr + seq.to(gl.int64) * stride_bt_seq
+        # unmasked tiles skip the block-id checks: one pass over their ids proves them in range
+        ids_layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+        bad = gl.zeros([128], gl.int32, ids_layout)
+        full_pages = (n_full * _TILE + BLOCK_SIZE - 1) // BLOCK_SIZE
+        for p0 in range(0, full_pages, 128):
+            pages = p0 + gl.arange(0, 128, layout=ids_layout)
+            ids = gl.load(seq_row_ptr + pages * stride_bt_block, mask=pages < full_pages, other=0)
+            bad += ((ids < 0) | (ids >= num_blocks)).to(gl.int32)
+        n_full = gl.where(gl.sum(bad, 0) > 0, 0, n_full)
+
+        smem_layout: gl.constexpr = k_desc.layout  # 128-byte swizzle: rows of 64 bf16/fp16
+        q_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+        q_smem = gl.allocate_shared_memory(dtype, [2 * DH, 64, 64], q_layout)
+        k_smem = gl.allocate_shared_memory(dtype, [STAGES * DH, _TILE, 64], smem_layout)
+        v_smem = gl.allocate_shared_memory(dtype, [STAGES * DH, _TILE, 64], smem_layout)
+        k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        tail_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(k_ready.index(i), count=1)
+            mbarrier.init(v_ready.index(i), count=1)
+            mbarrier.init(k_empty.index(i), count=2)  # one arrival from each consumer warpgroup
+            mbarrier.init(v_empty.index(i), count=2)
+        mbarrier.init(tail_bar.index(0), count=2)
+        fence_async_shared()
+
+        col = kv_head * HEAD_SIZE
+        gl.warp_specialize([
+            (_consumer, (0, query_ptr, out_ptr, lse_ptr, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
+                         tail_bar, seq_row_ptr, stride_bt_block, num_pages, num_blocks, n_tiles, n_full, kv_hi,
+                         seq_len, scale, q_start, q_len, q_block_start, context, num_tokens, kv_head, head_group,
+                         stride_q_tok, stride_q_head, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head,
+                         GROUP, HEADS, BLOCK_Q, HEAD_SIZE, BLOCK_SIZE, STAGES, CAUSAL, HAS_LSE)),
+            (_consumer, (1, query_ptr, out_ptr, lse_ptr, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
+                         tail_bar, seq_row_ptr, stride_bt_block, num_pages, num_blocks, n_tiles, n_full, kv_hi,
+                         seq_len, scale, q_start, q_len, q_block_start, context, num_tokens, kv_head, head_group,
+                         stride_q_tok, stride_q_head, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head,
+                         GROUP, HEADS, BLOCK_Q, HEAD_SIZE, BLOCK_SIZE, STAGES, CAUSAL, HAS_LSE)),
+            (_producer, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, n_tiles, seq_row_ptr,
+                         stride_bt_block, num_pages, num_blocks, col, BLOCK_SIZE, BOX, DH, STAGES)),
+        ], [4, 1], [CONSUMER_REGS, REGS_PRODUCER])
+        for i in gl.static_range(STAGES):
+            mbarrier.invalidate(k_ready.index(i))
+            mbarrier.invalidate(v_ready.index(i))
+            mbarrier.invalidate(k_empty.index(i))
+            mbarrier.invalidate(v_empty.index(i))
+        mbarrier.invalidate(tail_bar.index(0))
+
+
+def descriptors(key_cache: Tensor, value_cache: Tensor) -> tuple:
+    """The TMA descriptors of the two caches for this kernel (host side; built per call, a few
+    microseconds, next to a prefill kernel's hundreds)."""
+    num_blocks, block_size, num_kv_heads, head_size = key_cache.shape
+    box = min(block_size, TILE_N)
+    dtype = gl.bfloat16 if key_cache.dtype == torch.bfloat16 else gl.float16
+    layout = gl.NVMMASharedLayout.get_default_for([box, 64], dtype)
+    rows, width = num_blocks * block_size, num_kv_heads * head_size
+    return tuple(TensorDescriptor(c.view(rows, width), [rows, width], [width, 1], [box, 64], layout)
+                 for c in (key_cache, value_cache))
+
+
+def _launch(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_table: Tensor, seq_lens: Tensor,
+            query_start_loc: Tensor, out: Tensor, lse: Tensor | None, scale: float, causal: bool,
+            rows: tuple[int, int, int, int]) -> None:
+    """One launch of the kernel (``rows``: ``prefill._rows`` of the call, BLOCK_M 128)."""
+    num_tokens, num_heads, head_size = query.shape
+    num_blocks, block_size, num_kv_heads, _ = key_cache.shape
+    num_seqs, max_blocks = block_table.shape
+    _, block_q, heads, num_head_groups = rows
+    num_q_blocks = num_tokens // block_q + num_seqs + 1
+    k_desc, v_desc = descriptors(key_cache, value_cache)
+    lse_strides = lse.stride() if lse is not None else (0, 0)
+    grid = (num_kv_heads * num_head_groups, num_q_blocks)
+    _prefill_sm90_kernel[grid](
+        query, k_desc, v_desc, block_table, seq_lens, query_start_loc, out, lse if lse is not None else out,
+        float(scale), num_tokens, num_seqs, num_blocks, max_blocks, num_q_blocks,
+        query.stride(0), query.stride(1), block_table.stride(0), block_table.stride(1), seq_lens.stride(0),
+        query_start_loc.stride(0), out.stride(0), out.stride(1), lse_strides[0], lse_strides[1],
+        GROUP=num_heads // num_kv_heads, HEADS=heads, NUM_HEAD_GROUPS=num_head_groups, BLOCK_Q=block_q,
+        HEAD_SIZE=head_size, BLOCK_SIZE=block_size, BOX=min(block_size, TILE_N), STAGES=STAGES,
+        CAUSAL=bool(causal), HAS_LSE=lse is not None, CONSUMER_REGS=REGS_CONSUMER, num_warps=NUM_WARPS,
+    )
+
+
+@torch.library.custom_op("paged_attn::_prefill_sm90", mutates_args=("out", "lse"))
+def _prefill_sm90(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_table: Tensor, seq_lens: Tensor,
+                  query_start_loc: Tensor, out: Tensor, lse: Tensor | None, scale: float, causal: bool,
+                  block_q: int, heads: int, num_head_groups: int) -> None:
+    """This kernel over a paged cache into ``out`` and, when given, ``lse``: an opaque op, so that
+    Inductor, tracing the public op's body, sees one extern call (a Gluon kernel with TMA
+    descriptors is not one ``wrap_triton`` launches)."""
+    if query.shape[0] == 0:
+        return
+    _launch(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, lse, scale, causal,
+            (BLOCK_M, block_q, heads, num_head_groups))
+
+
+@_prefill_sm90.register_fake
+def _(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, lse, scale, causal, block_q,
+      heads, num_head_groups):
+    return None
+
+
+def prepare(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_table: Tensor, out: Tensor,
+            lse: Tensor | None, *, scale: float, causal: bool, rows: tuple[int, int, int, int]) -> Callable[..., None]:
+    """The runner of this kernel for calls shaped like this one (``paged_attention.
+    prepare_paged_attention`` documents the runner); ``rows`` from ``prefill._rows``."""
+    from .. import plain_eager
+
+    _, block_q, heads, num_head_groups = rows
+    scale, causal = float(scale), bool(causal)
+
+    def run(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, lse, options):
+        if plain_eager(query):  # the op's body directly: nothing traces
+            _launch(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, lse, scale, causal,
+                    rows)
+        else:
+            torch.ops.paged_attn._prefill_sm90(query, key_cache, value_cache, block_table, seq_lens,
+                                               query_start_loc, out, lse, scale, causal, block_q, heads,
+                                               num_head_groups)
+
+    return run
