@@ -9,8 +9,8 @@ list; bf16, block 16, Hq 32 / Hkv 8, D 128 unless the name says otherwise) times
 
     torch_paged_attn                 this project (paged_attention, reshape_and_cache, merge_attn_states),
                                      backend "triton"
-    torch_paged_attn[gluon]          the same with the Gluon sm_90 prefill kernel switched on (prefill
-                                     shapes; the Triton prefill kernel where it declines a call)
+    torch_paged_attn[triton-prefill] the same with the Gluon sm_90 prefill kernel switched off (prefill
+                                     shapes: the Triton prefill kernel, the default before it)
     torch_paged_attn[batch-inv]      the same in batch-invariant mode (decode shapes)
     torch_paged_attn[flash]          paged_attention with set_backend("flash") (FlashAttention where it
                                      supports the call, else Triton)
@@ -284,11 +284,14 @@ def backend_context(name: str) -> Callable[[], Any]:
     return lambda: tpa.backend(name)
 
 
-def prefill_kernel_context(gluon: bool) -> Callable[[], Any]:
+_PREFILL_DEFAULT: list = []  # the library's own choice, read once before any contender changes it
+
+
+def prefill_kernel_context(gluon: bool | None) -> Callable[[], Any]:
     """The Triton backend's prefill kernel for the calls after it: the Gluon sm_90 kernel
     (``lowering/triton/prefill_sm90.py``) where ``gluon`` and it takes the call, else the Triton
-    one. Plans made under the other choice are dropped when the choice changes (between contenders,
-    not between calls)."""
+    one; None: the library's default. Plans made under the other choice are dropped when the
+    choice changes (between contenders, not between calls)."""
     try:
         from torch_paged_attn import lowering
         from torch_paged_attn.lowering.triton import prefill
@@ -300,6 +303,10 @@ def prefill_kernel_context(gluon: bool) -> Callable[[], Any]:
         if gluon:
             raise Unavailable("no Gluon prefill kernel in this version")
         return contextlib.nullcontext
+    if not _PREFILL_DEFAULT:
+        _PREFILL_DEFAULT.append(prefill.SM90_GLUON)
+    if gluon is None:
+        gluon = _PREFILL_DEFAULT[0]
 
     @contextlib.contextmanager
     def choice():
@@ -313,11 +320,12 @@ def prefill_kernel_context(gluon: bool) -> Callable[[], Any]:
 
 def ours(s: Shape, copies: list[PagedBatch], batch_invariant: bool = False, backend: str = "triton",
          gluon: bool | None = None) -> Contender:
+    """This project's op on ``copies``; ``gluon``: the prefill kernel (``prefill_kernel_context``)."""
     if batch_invariant:
         mode = batch_invariant_context()
     else:
         mode = backend_context(backend) if hasattr(tpa, "backend") or backend != "triton" else contextlib.nullcontext
-    kernel = prefill_kernel_context(gluon) if gluon is not None else contextlib.nullcontext
+    kernel = prefill_kernel_context(gluon)
 
     def make(b: PagedBatch):
         def run():
@@ -609,8 +617,8 @@ def vllm_triton(s: Shape, copies: list[PagedBatch], device: torch.device) -> Con
 
 
 ATTENTION = {
-    "torch_paged_attn": lambda s, c, d: ours(s, c, gluon=False),
-    "torch_paged_attn[gluon]": lambda s, c, d: ours(s, c, gluon=True),
+    "torch_paged_attn": lambda s, c, d: ours(s, c),
+    "torch_paged_attn[triton-prefill]": lambda s, c, d: ours(s, c, gluon=False),
     "torch_paged_attn[batch-inv]": lambda s, c, d: ours(s, c, batch_invariant=True),
     "torch_paged_attn[flash]": lambda s, c, d: ours(s, c, backend="flash"),
     "torch_paged_attn[auto]": lambda s, c, d: ours(s, c, backend="auto"),
@@ -737,7 +745,7 @@ def _max_err(got: torch.Tensor, want: torch.Tensor) -> float:
 def attention_contenders(s: Shape) -> list[str]:
     """The attention contenders of a shape's kind (decode: batch-invariant mode and FlashInfer's
     decode wrappers; prefill: FlashInfer's prefill wrapper)."""
-    skip = ("flashinfer(prefill)", "torch_paged_attn[gluon]") if s.kind == "decode" else (
+    skip = ("flashinfer(prefill)", "torch_paged_attn[triton-prefill]") if s.kind == "decode" else (
         "torch_paged_attn[batch-inv]", "flashinfer(decode)", "flashinfer(decode,tc)")
     return [p for p in ATTENTION if p not in skip]
 

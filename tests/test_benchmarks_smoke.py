@@ -76,7 +76,7 @@ def test_rows_cover_every_shape_and_contender(results):
     for shape in ("decode_B64_ctx4096", "decode_fp8_B64_ctx4096"):
         expected |= {(shape, p) for p in attention | decode}
     expected |= {("chunked_prefill_B4_q512_ctx4096", p)
-                 for p in attention | {"flashinfer(prefill)", "torch_paged_attn[gluon]"}}
+                 for p in attention | {"flashinfer(prefill)", "torch_paged_attn[triton-prefill]"}}
     expected |= {("cache_update_T256", "torch_paged_attn"), ("cache_update_T256", "torch")}
     expected |= {("merge_T8192_H32_D128", p) for p in ("torch_paged_attn", "flashinfer", "torch")}
     assert got == expected

@@ -192,11 +192,12 @@ def test_sm90_plans_prefill_kernel_cuda(monkeypatch) -> None:
 
 @pytest.fixture
 def sm90_everywhere(monkeypatch):
-    """On an sm_90 device, the prefill kernel for every prefill-like call (one SM planned, so no
-    call falls back for having few query blocks)."""
+    """On an sm_90 device, the Triton prefill kernel for every prefill-like call (one SM planned,
+    so no call falls back for having few query blocks; the Gluon kernel off)."""
     if torch.cuda.get_device_capability()[0] not in prefill._CONFIGS:
         pytest.skip("no prefill kernel table for this GPU")
     monkeypatch.setattr(tpa, "_num_sms", lambda device: 1)
+    monkeypatch.setattr(prefill, "SM90_GLUON", False)  # this Triton kernel; gluon_prefill switches it back
     monkeypatch.setattr(lowering, "_CHOICES", {})  # no plan made before the patches
     launched = []
     real = prefill.prepare
@@ -265,7 +266,8 @@ def test_prefill_kernel_cuda_graph_and_compile(sm90_everywhere) -> None:
 
 @pytest.fixture
 def gluon_prefill(sm90_everywhere, monkeypatch):
-    """The Gluon sm_90 prefill kernel switched on; the rows of each call it ran are recorded."""
+    """The Gluon sm_90 prefill kernel switched on (one program: every work item through one
+    persistent program, its barriers through many phases); the rows of each call it ran are recorded."""
     from torch_paged_attn.lowering.triton import prefill_sm90
 
     if torch.cuda.get_device_capability() != (9, 0) or prefill_sm90.gluon is None:
@@ -289,6 +291,9 @@ _GLUON_CASES = [
     Case((300, 170), (300, 900), num_heads=32, num_kv_heads=8, head_size=128),
     Case((9, 12, 65), (40, 12, 65), dtype=FP16, head_size=64, block_size=16),
     Case((128, 127), (191, 127), num_heads=8, num_kv_heads=1, head_size=128, block_size=16, pad_tokens=5),
+    # more queries than keys: causal rows before the first key see none, full attention sees all
+    Case((90, 70), (30, 200), causal=False, num_heads=8, num_kv_heads=2, head_size=64, block_size=32),
+    Case((90, 70), (30, 200), num_heads=8, num_kv_heads=2, head_size=128, block_size=16),
 ]
 
 
@@ -301,6 +306,38 @@ def test_gluon_prefill_kernel_cuda(case: Case, gluon_prefill) -> None:
     out, lse = run_triton(batch, options, with_lse=case.with_lse)
     assert gluon_prefill and gluon_prefill[-1][0] == 128, "the Gluon prefill kernel did not run"
     check_against_reference(batch, options, out, lse, case.dtype)
+
+
+@gpu_tier
+@pytest.mark.fuzz
+@pytest.mark.parametrize("family", range(20))
+def test_gluon_prefill_kernel_fuzz_cuda(family: int, gluon_prefill) -> None:
+    """500 prefill-like configurations the Gluon kernel takes (seeds 300000 + 25 f ..): the fuzz
+    families with its sizes (head size 64 / 128, block sizes 8 .. 128, bf16 / fp16) and none of
+    the features it declines; lengths 0, 1, BS +- 1 and up to 700 keys, q_len up to 40 and then
+    a long one (several 64-key tiles of queries), through one persistent program."""
+    rng = random.Random(300000 + family)
+    f = _fuzz_family(rng)
+    f.update(decode=False, split=None, head_size=rng.choice((64, 128)), head_size_v=None,
+             block_size=rng.choice((8, 16, 32, 64, 128)), cache_dtype=None, window=False, softcap=False,
+             alibi=False, sinks=False, chunk=False, dtype=rng.choice((BF16, BF16, FP16)))
+    for draw in range(25):
+        seed = 300000 + family * 25 + draw
+        r = random.Random(seed)
+        case = _fuzz_case(f, r)
+        if draw % 5 == 0:  # a long prompt among the short ones: many query blocks and key tiles
+            n = r.randint(100, 600)
+            case = replace(case, q_lens=case.q_lens + (n,), kv_lens=case.kv_lens + (n + r.choice((0, 1, 300)),))
+        gluon_prefill.clear()
+        batch, options = make_inputs(case, "cuda", seed)
+        out, lse = run_triton(batch, options, with_lse=case.with_lse,
+                              max_query_len=max(case.q_lens) if case.hint else -1)
+        try:
+            if draw % 5 == 0:  # the long prompt makes the call prefill-like, 128 rows a program
+                assert gluon_prefill, "the Gluon prefill kernel did not run"
+            check_against_reference(batch, options, out, lse, case.dtype)
+        except AssertionError as e:
+            raise AssertionError(f"fuzz seed {seed}: {case.id}: {e}") from e
 
 
 @gpu_tier

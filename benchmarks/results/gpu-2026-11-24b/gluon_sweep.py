@@ -1,5 +1,5 @@
 """The Gluon sm_90 prefill kernel's constants on the two prefill shapes: K/V stages in flight and
-the second consumer warpgroup's registers (setmaxnreg), against the Triton prefill kernel.
+the second consumer warpgroup's registers (setmaxnreg), the warpgroup ping-pong, against the Triton prefill kernel.
 CUDA-graph replays of the public op, as tune.py times.
 
     python benchmarks/results/gpu-2026-11-24b/gluon_sweep.py
@@ -17,12 +17,14 @@ from torch_paged_attn import lowering  # noqa: E402
 from torch_paged_attn.lowering.triton import prefill, prefill_sm90  # noqa: E402
 
 device = torch.device("cuda")
-variants = [(False, 3, 232)] + [(True, st, regs) for st in (2, 3, 4) for regs in (232, 240)]
+variants = [(False, 3, 232, False)] + [(True, st, regs, pp) for pp in (False, True) for st in (2, 3, 4)
+                                        for regs in (232, 240)]
 for name in ("prefill_B4_q2048", "chunked_prefill_B4_q512_ctx4096"):
     fn, nbytes, _ = tune._call(name, device, tiny=False)
-    for gluon, stages, regs in variants:
+    for gluon, stages, regs, pp in variants:
         prefill.SM90_GLUON, prefill_sm90.STAGES, prefill_sm90.REGS_CONSUMER = gluon, stages, regs
+        prefill_sm90.PINGPONG = pp
         lowering._CHOICES.clear()
         t = H.bench([fn], device, quick=True)
-        label = f"gluon STAGES {stages} regs {regs}" if gluon else "triton prefill kernel"
-        print(f"{name:32s} {label:28s} {t.p50_us:8.2f} us", flush=True)
+        label = f"gluon STAGES {stages} regs {regs}{' pingpong' if pp else ''}" if gluon else "triton prefill kernel"
+        print(f"{name:32s} {label:37s} {t.p50_us:8.2f} us", flush=True)

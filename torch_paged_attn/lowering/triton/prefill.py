@@ -67,8 +67,10 @@ _CONFIGS = {
 _MAX_GRID_Y = 65535  # CUDA's limit on grid axis 1
 
 # Calls ``prefill_sm90`` takes (sm_90, bf16/fp16, head size 64/128, no window/chunk/softcap/ALiBi/
-# sinks/fp8) run that Gluon kernel instead of ``_prefill_kernel`` when this is True.
-SM90_GLUON = False
+# sinks/fp8) run that Gluon kernel instead of ``_prefill_kernel`` when this is True. H100,
+# 2026-11-24, graph replays: prefill 4 x 2048 412.5 -> 328.8 us, chunked 4 x 512 on 4096 350.9 ->
+# 284.7 us (results/gpu-2026-11-24b/gluon-sweep-persistent.txt).
+SM90_GLUON = True
 
 
 def _capability(device: torch.device) -> tuple[int, int] | None:

@@ -64,10 +64,14 @@ NUM_WARPS = 4  # the kernel's own warps: the first consumer warpgroup; the secon
 REGS_CONSUMER = 232  # registers a thread of the second consumer warpgroup (setmaxnreg); not yet timed
 REGS_PRODUCER = 24
 # K/V tiles in flight and the second consumer warpgroup's registers. H100, 2026-11-24, graph
-# replays (results/gpu-2026-11-24b/gluon-sweep.txt), prefill 4 x 2048 / chunked 4 x 512 on 4096, us:
-# 2 stages 356.4 / 294.3, 3 stages 362.9 / 300.1, 4 stages 357.5 / 294.9 (232 registers; 240:
-# within 1 %); the Triton prefill kernel 409.3 / 347.1.
-STAGES = 2
+# replays, prefill 4 x 2048 / chunked 4 x 512 on 4096, us (the Triton prefill kernel 412.5 / 350.9):
+# persistent, zigzag order (results/gpu-2026-11-24b/gluon-sweep-persistent.txt): 2 stages 335.8 /
+# 292.7, 3 stages 328.8 / 284.7, 4 stages 331.3 / 288.5 (232 registers; 240 within 1.2 %);
+# FlashAttention-3's ping-pong of the two consumer warpgroups (each waiting for the other's wgmma
+# issue through an mbarrier) 347.5 / 299.2 at 3 stages, slower, not kept. Before: one program a
+# work item 356.4 / 294.3 at 2 stages (gluon-sweep.txt); persistent in round-robin order 361.4 /
+# 283.2 at 3 (gluon-sweep-roundrobin.txt): its low programs took the long items of every round.
+STAGES = 3
 
 
 def declines(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_m: int, *, scale: float,
@@ -128,27 +132,91 @@ if gluon is not None:
         return gl.where(ok, blk * BLOCK_SIZE + key0 % BLOCK_SIZE, num_blocks * BLOCK_SIZE)
 
     @gluon.jit
-    def _producer(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, n_tiles, seq_row_ptr,
-                  stride_bt_block, num_pages, num_blocks, col,
-                  BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr, DH: gl.constexpr, STAGES: gl.constexpr):
-        """One warp: the K and V pages of every tile, ``STAGES`` tiles ahead of the consumers, each
-        stage refilled once both consumer warpgroups released it. A page past ``num_pages`` or with
-        an id outside ``[0, num_blocks)`` is copied from past the cache's last row: zeros."""
+    def _work(r, num_work, query_start_loc_ptr, seq_lens_ptr, block_table_ptr, stride_qsl, stride_sl, stride_bt_seq,
+              num_seqs, num_tokens, max_blocks, num_q_blocks, kv_groups,
+              NUM_HEAD_GROUPS: gl.constexpr, BLOCK_Q: gl.constexpr, BLOCK_SIZE: gl.constexpr, CAUSAL: gl.constexpr):
+        """This program's work item of round ``r``: item ``w = r G + p`` in even rounds, ``r G + G -
+        1 - p`` in odd ones (program p of G; items come longest first within each sequence, so the
+        zigzag evens out the programs' sums, where plain round robin gave the low programs the long
+        items of every round): query block ``num_q_blocks - 1 - w // kv_groups`` of kv head x head
+        group ``w % kv_groups``; its sequence (``prefill._prefill_kernel``'s search), the keys it
+        sees, ``[0, kv_hi)``, in ``n_tiles`` tiles, the first ``n_full`` of them seen by every row.
+        ``valid`` false (and no tiles) for an empty query slot or ``w >= num_work``."""
+        pid = gl.program_id(0)
+        num_programs = gl.num_programs(0)
+        w = r * num_programs + gl.where(r % 2 == 0, pid, num_programs - 1 - pid)
+        in_range = w < num_work
+        w = gl.minimum(w, num_work - 1)
+        kv_group = w % kv_groups
+        pid_q = num_q_blocks - 1 - w // kv_groups
+        lo_s = w * 0
+        hi_s = num_seqs + 1
+        while lo_s < hi_s:
+            mid = (lo_s + hi_s) // 2
+            below = gl.load(query_start_loc_ptr + mid * stride_qsl) // BLOCK_Q + mid <= pid_q
+            lo_s = gl.where(below, mid + 1, lo_s)
+            hi_s = gl.where(below, hi_s, mid)
+        seq = gl.maximum(lo_s - 1, 0)
+        is_seq = seq < num_seqs
+        q_start = gl.load(query_start_loc_ptr + seq * stride_qsl)
+        q_end = gl.load(query_start_loc_ptr + (seq + 1) * stride_qsl, mask=is_seq, other=0)
+        q_end = gl.where(is_seq, q_end, num_tokens)
+        seq_len = gl.load(seq_lens_ptr + seq * stride_sl, mask=is_seq, other=0)
+        q_len = q_end - q_start
+        q_block_start = (pid_q - (q_start // BLOCK_Q + seq)) * BLOCK_Q
+        valid = (q_block_start >= 0) & (q_block_start < q_len) & in_range
+        context = seq_len - q_len
+        p_first = context + q_block_start
+        p_last = context + gl.minimum(q_block_start + BLOCK_Q, q_len) - 1
+        kv_hi = gl.minimum(seq_len, max_blocks * BLOCK_SIZE)
+        full_hi = kv_hi
+        if CAUSAL:
+            kv_hi = gl.minimum(kv_hi, p_last + 1)
+            full_hi = gl.minimum(full_hi, p_first + 1)
+        n_tiles = gl.where(valid, (gl.maximum(kv_hi, 0) + _TILE - 1) // _TILE, 0)
+        n_full = gl.minimum(gl.maximum(full_hi, 0) // _TILE, n_tiles)
+        num_pages = (gl.maximum(seq_len, 0) + BLOCK_SIZE - 1) // BLOCK_SIZE
+        seq_row_ptr = block_table_ptr + seq.to(gl.int64) * stride_bt_seq
+        return (valid, kv_group // NUM_HEAD_GROUPS, kv_group % NUM_HEAD_GROUPS, q_start, q_len, q_block_start,
+                context, seq_len, kv_hi, n_tiles, n_full, num_pages, seq_row_ptr)
+
+    @gluon.jit
+    def _producer(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
+                  query_start_loc_ptr, seq_lens_ptr, block_table_ptr, stride_qsl, stride_sl, stride_bt_seq,
+                  stride_bt_block, num_seqs, num_tokens, num_blocks, max_blocks, num_q_blocks, kv_groups, num_work,
+                  NUM_HEAD_GROUPS: gl.constexpr, BLOCK_Q: gl.constexpr, HEAD_SIZE: gl.constexpr,
+                  BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+        """One warp: the K and V pages of every tile of every work item of this program, ``STAGES``
+        tiles ahead of the consumers (into the next item while they finish one), each stage
+        refilled once both consumer warpgroups released it. A page past the sequence's or with an
+        id outside ``[0, num_blocks)`` is copied from past the cache's last row: zeros."""
+        DH: gl.constexpr = HEAD_SIZE // 64
         PAGES: gl.constexpr = _TILE // BOX
         nbytes: gl.constexpr = BOX * 64 * 2 * PAGES * DH
-        for j in range(n_tiles):
-            stage = j % STAGES
-            phase = ((j // STAGES) & 1) ^ 1  # a fresh barrier's "previous" phase is complete
-            mbarrier.wait(k_empty.index(stage), phase)
-            mbarrier.expect(k_ready.index(stage), nbytes)
-            for i in gl.static_range(PAGES):
-                row = _page_row(j * _TILE + i * BOX, seq_row_ptr, stride_bt_block, num_pages, num_blocks, BLOCK_SIZE)
-                _copy_page(k_desc, k_ready.index(stage), k_smem, stage, row, col, i * BOX, BOX, DH)
-            mbarrier.wait(v_empty.index(stage), phase)
-            mbarrier.expect(v_ready.index(stage), nbytes)
-            for i in gl.static_range(PAGES):
-                row = _page_row(j * _TILE + i * BOX, seq_row_ptr, stride_bt_block, num_pages, num_blocks, BLOCK_SIZE)
-                _copy_page(v_desc, v_ready.index(stage), v_smem, stage, row, col, i * BOX, BOX, DH)
+        it = gl.program_id(0) * 0  # tiles loaded so far: the stage and barrier phase of the next
+        for r in range(0, (num_work + gl.num_programs(0) - 1) // gl.num_programs(0)):
+            (valid, kv_head, head_group, q_start, q_len, q_block_start, context, seq_len, kv_hi, n_tiles, n_full,
+             num_pages, seq_row_ptr) = _work(r, num_work, query_start_loc_ptr, seq_lens_ptr, block_table_ptr, stride_qsl,
+                                             stride_sl, stride_bt_seq, num_seqs, num_tokens, max_blocks,
+                                             num_q_blocks, kv_groups, NUM_HEAD_GROUPS, BLOCK_Q, BLOCK_SIZE, CAUSAL)
+            col = kv_head * HEAD_SIZE
+            for j in range(n_tiles):
+                g = it + j
+                stage = g % STAGES
+                phase = ((g // STAGES) & 1) ^ 1  # a fresh barrier's "previous" phase is complete
+                mbarrier.wait(k_empty.index(stage), phase)
+                mbarrier.expect(k_ready.index(stage), nbytes)
+                for i in gl.static_range(PAGES):
+                    row = _page_row(j * _TILE + i * BOX, seq_row_ptr, stride_bt_block, num_pages, num_blocks,
+                                    BLOCK_SIZE)
+                    _copy_page(k_desc, k_ready.index(stage), k_smem, stage, row, col, i * BOX, BOX, DH)
+                mbarrier.wait(v_empty.index(stage), phase)
+                mbarrier.expect(v_ready.index(stage), nbytes)
+                for i in gl.static_range(PAGES):
+                    row = _page_row(j * _TILE + i * BOX, seq_row_ptr, stride_bt_block, num_pages, num_blocks,
+                                    BLOCK_SIZE)
+                    _copy_page(v_desc, v_ready.index(stage), v_smem, stage, row, col, i * BOX, BOX, DH)
+            it += n_tiles
 
     @gluon.jit
     def _scores(q_smem, wg: gl.constexpr, k_smem, stage, s_layout: gl.constexpr, DH: gl.constexpr):
@@ -173,10 +241,11 @@ if gluon is not None:
             page = offs_n // BLOCK_SIZE
             blk = gl.load(seq_row_ptr + page * stride_bt_block, mask=page < num_pages, other=-1)
             key_ok = (blk >= 0) & (blk < num_blocks) & (offs_n < kv_hi)
-            visible = gl.expand_dims(key_ok, 0) & (gl.expand_dims(pos, 1) >= 0)
             if CAUSAL:
-                visible = visible & (gl.expand_dims(offs_n, 0) <= gl.expand_dims(pos, 1))
-            s = gl.where(visible, s, float("-inf"))
+                visible = gl.expand_dims(key_ok, 0) & (gl.expand_dims(offs_n, 0) <= gl.expand_dims(pos, 1))
+                s = gl.where(visible, s, float("-inf"))
+            else:
+                s = gl.where(gl.expand_dims(key_ok, 0), s, float("-inf"))
         m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
         m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)  # no visible key yet: p = 0, not NaN
         alpha = gl.exp2(m_i - m_ref)
@@ -185,17 +254,18 @@ if gluon is not None:
         return p, m_new, l_new, alpha
 
     @gluon.jit
-    def _step(j, q_smem, wg: gl.constexpr, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, p, m_i, l_i, o0, o1,
-              kv_hi, pos, seq_row_ptr, stride_bt_block, num_pages, num_blocks, qk_scale,
+    def _step(g, j, q_smem, wg: gl.constexpr, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
+              p, m_i, l_i, o0, o1, kv_hi, pos, seq_row_ptr, stride_bt_block, num_pages, num_blocks, qk_scale,
               s_layout: gl.constexpr, p_layout: gl.constexpr, BLOCK_SIZE: gl.constexpr,
               DH: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr, CAUSAL: gl.constexpr):
-        """Iteration ``j >= 1``: the scores of tile j and P @ V of tile j - 1 in flight together, the
-        softmax of tile j beside the latter; each stage released as soon as its wgmma is done."""
-        stage = j % STAGES
-        mbarrier.wait(k_ready.index(stage), (j // STAGES) & 1)
+        """Tile ``j >= 1`` of a work item (``g``: of the program): the scores of tile j and P @ V of
+        tile j - 1 in flight together, the softmax of tile j beside the latter; each stage released
+        as soon as its wgmma is done."""
+        stage = g % STAGES
+        prev = (g - 1) % STAGES
+        mbarrier.wait(k_ready.index(stage), (g // STAGES) & 1)
+        mbarrier.wait(v_ready.index(prev), ((g - 1) // STAGES) & 1)
         s = _scores(q_smem, wg, k_smem, stage, s_layout, DH)
-        prev = (j - 1) % STAGES
-        mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
         o0 = warpgroup_mma(p, v_smem.index(prev * DH), o0, is_async=True)
         if DH == 2:
             o1 = warpgroup_mma(p, v_smem.index(prev * DH + 1), o1, is_async=True)
@@ -214,13 +284,15 @@ if gluon is not None:
         return p, m_i, l_i, o0, o1
 
     @gluon.jit
-    def _consumer(wg: gl.constexpr, query_ptr, out_ptr, lse_ptr, q_smem_all, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
-                  tail_bar, seq_row_ptr, stride_bt_block, num_pages, num_blocks, n_tiles, n_full, kv_hi, seq_len,
-                  scale, q_start, q_len, q_block_start, context, num_tokens, kv_head, head_group,
-                  stride_q_tok, stride_q_head, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head,
-                  GROUP: gl.constexpr, HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, HEAD_SIZE: gl.constexpr,
-                  BLOCK_SIZE: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, HAS_LSE: gl.constexpr):
-        """One warpgroup: rows ``[64 wg, 64 wg + 64)`` of the program's 128, over every tile."""
+    def _consumer(wg: gl.constexpr, query_ptr, out_ptr, lse_ptr, q_smem_all, k_smem, v_smem, k_ready, v_ready, k_empty,
+                  v_empty, tail_bar, query_start_loc_ptr, seq_lens_ptr, block_table_ptr, scale,
+                  stride_q_tok, stride_q_head, stride_bt_seq, stride_bt_block, stride_sl, stride_qsl,
+                  stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head,
+                  num_seqs, num_tokens, num_blocks, max_blocks, num_q_blocks, kv_groups, num_work,
+                  GROUP: gl.constexpr, HEADS: gl.constexpr, NUM_HEAD_GROUPS: gl.constexpr,
+                  BLOCK_Q: gl.constexpr, HEAD_SIZE: gl.constexpr, BLOCK_SIZE: gl.constexpr, STAGES: gl.constexpr,
+                  CAUSAL: gl.constexpr, HAS_LSE: gl.constexpr):
+        """One warpgroup: rows ``[64 wg, 64 wg + 64)`` of each work item's 128, over its tiles."""
         DH: gl.constexpr = HEAD_SIZE // 64
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, _TILE, 16])
@@ -228,159 +300,134 @@ if gluon is not None:
         row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
         col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
         io_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+        ids_layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
         dtype: gl.constexpr = query_ptr.dtype.element_ty
-
-        # -- rows: query token (row // HEADS) x query head (row % HEADS) of this kv head --
+        qk_scale = scale * _LOG2E
         offs_m = wg * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, io_layout))
         offs_c = gl.arange(0, 64, layout=gl.SliceLayout(0, io_layout))
-        local = q_block_start + offs_m // HEADS
-        head = kv_head * GROUP + head_group * HEADS + offs_m % HEADS
-        row_ok = (offs_m // HEADS < BLOCK_Q) & (head_group * HEADS + offs_m % HEADS < GROUP) & (local < q_len)
-        tok = q_start + local
-        row_ok = row_ok & (tok >= 0) & (tok < num_tokens)
-        q_rows = gl.expand_dims(tok.to(gl.int64) * stride_q_tok + head * stride_q_head, 1)
-        for h in gl.static_range(DH):
-            q = gl.load(query_ptr + q_rows + gl.expand_dims(offs_c + h * 64, 0), mask=gl.expand_dims(row_ok, 1),
-                        other=0.0)
-            q_smem_all.index(wg * DH + h).store(q)
-        fence_async_shared()
-        gl.thread_barrier()
-
         srow = wg * 64 + gl.arange(0, 64, layout=row_layout)
-        pos = gl.where(srow // HEADS < BLOCK_Q, context + q_block_start + srow // HEADS, -1)
-        qk_scale = scale * _LOG2E
-        m_i = gl.full([64], float("-inf"), gl.float32, row_layout)
-        l_i = gl.zeros([64], gl.float32, row_layout)
-        o0 = gl.zeros([64, 64], gl.float32, s_layout)
-        o1 = gl.zeros([64, 64], gl.float32, s_layout)
-
-        if n_tiles > 0:
-            # tile 0, masked: its scores alone
-            mbarrier.wait(k_ready.index(0), 0)
-            s = _scores(q_smem_all, wg, k_smem, 0, s_layout, DH)
-            s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-            mbarrier.arrive(k_empty.index(0))
-            p, m_i, l_i, alpha = _softmax(s, m_i, l_i, 0, kv_hi, pos, seq_row_ptr, stride_bt_block, num_pages,
-                                          num_blocks, qk_scale, s_layout, BLOCK_SIZE, True, CAUSAL)
-            p = gl.convert_layout(p.to(dtype), p_layout)
-            # tiles 1 .. n_full - 1 unmasked, the rest masked
-            for j in range(1, n_full):
-                p, m_i, l_i, o0, o1 = _step(j, q_smem_all, wg, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, p, m_i,
-                                            l_i, o0, o1, kv_hi, pos, seq_row_ptr, stride_bt_block, num_pages,
-                                            num_blocks, qk_scale, s_layout, p_layout, BLOCK_SIZE, DH, STAGES, False,
-                                            CAUSAL)
-            for j in range(gl.maximum(n_full, 1), n_tiles):
-                p, m_i, l_i, o0, o1 = _step(j, q_smem_all, wg, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, p, m_i,
-                                            l_i, o0, o1, kv_hi, pos, seq_row_ptr, stride_bt_block, num_pages,
-                                            num_blocks, qk_scale, s_layout, p_layout, BLOCK_SIZE, DH, STAGES, True,
-                                            CAUSAL)
-            # P @ V of the last tile; its V rows past the sequence end zeroed first, half by each
-            # warpgroup, both waiting for both (the cache there may hold NaN; 0 * NaN is NaN)
-            last = n_tiles - 1
-            stage = last % STAGES
-            mbarrier.wait(v_ready.index(stage), (last // STAGES) & 1)
-            tail = seq_len - last * _TILE
-            if tail < _TILE:
-                zl: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-                zrows = wg * 32 + gl.arange(0, 32, layout=gl.SliceLayout(1, zl))
-                for h in gl.static_range(DH):
-                    buf = v_smem.index(stage * DH + h).slice(wg * 32, 32)
-                    v = buf.load(zl)
-                    buf.store(gl.where(gl.expand_dims(zrows < tail, 1), v, gl.zeros_like(v)))
-                fence_async_shared()
-                gl.thread_barrier()
-                mbarrier.arrive(tail_bar.index(0))
-                mbarrier.wait(tail_bar.index(0), 0)
-            o0 = warpgroup_mma(p, v_smem.index(stage * DH), o0, is_async=True)
-            if DH == 2:
-                o1 = warpgroup_mma(p, v_smem.index(stage * DH + 1), o1, is_async=True)
-                o0, o1, p = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, p))
-            else:
-                o0, p = warpgroup_mma_wait(num_outstanding=0, deps=(o0, p))
-
-        # -- epilogue: out = O / l, lse = (m + log2 l) * ln 2; rows without keys 0 and -inf --
-        has_keys = l_i != 0.0
-        inv_l = gl.where(has_keys, 1.0 / gl.where(has_keys, l_i, 1.0), 0.0)
         ocol = gl.arange(0, 64, layout=col_layout)
-        o_local = q_block_start + srow // HEADS
-        o_head_in_group = head_group * HEADS + srow % HEADS
-        o_tok = q_start + o_local
-        o_ok = (srow // HEADS < BLOCK_Q) & (o_head_in_group < GROUP) & (o_local < q_len)
-        o_ok = o_ok & (o_tok >= 0) & (o_tok < num_tokens)
-        o_head = kv_head * GROUP + o_head_in_group
-        o_rows = gl.expand_dims(o_tok.to(gl.int64) * stride_o_tok + o_head * stride_o_head, 1)
-        o_mask = gl.expand_dims(o_ok, 1)
-        gl.store(out_ptr + o_rows + gl.expand_dims(ocol, 0), (o0 * gl.expand_dims(inv_l, 1)).to(out_ptr.dtype.element_ty),
-                 mask=o_mask)
-        if DH == 2:
-            gl.store(out_ptr + o_rows + gl.expand_dims(ocol + 64, 0),
-                     (o1 * gl.expand_dims(inv_l, 1)).to(out_ptr.dtype.element_ty), mask=o_mask)
-        if HAS_LSE:
-            lse = gl.where(has_keys, (m_i + gl.log2(gl.where(has_keys, l_i, 1.0))) * _LN2, float("-inf"))
-            gl.store(lse_ptr + o_tok.to(gl.int64) * stride_lse_tok + o_head * stride_lse_head, lse, mask=o_ok)
+        it = gl.program_id(0) * 0  # tiles consumed so far: the stage and barrier phase of the next
+        tails = gl.program_id(0) * 0  # uses of tail_bar so far: its phase
+        for r in range(0, (num_work + gl.num_programs(0) - 1) // gl.num_programs(0)):
+            (valid, kv_head, head_group, q_start, q_len, q_block_start, context, seq_len, kv_hi, n_tiles, n_full,
+             num_pages, seq_row_ptr) = _work(r, num_work, query_start_loc_ptr, seq_lens_ptr, block_table_ptr, stride_qsl,
+                                             stride_sl, stride_bt_seq, num_seqs, num_tokens, max_blocks,
+                                             num_q_blocks, kv_groups, NUM_HEAD_GROUPS, BLOCK_Q, BLOCK_SIZE, CAUSAL)
+            # unmasked tiles skip the block-id checks: one pass over their ids proves them in range
+            bad = gl.zeros([128], gl.int32, ids_layout)
+            full_pages = (n_full * _TILE + BLOCK_SIZE - 1) // BLOCK_SIZE
+            for p0 in range(0, full_pages, 128):
+                pages = p0 + gl.arange(0, 128, layout=ids_layout)
+                ids = gl.load(seq_row_ptr + pages * stride_bt_block, mask=pages < full_pages, other=0)
+                bad += ((ids < 0) | (ids >= num_blocks)).to(gl.int32)
+            n_full = gl.where(gl.sum(bad, 0) > 0, 0, n_full)
 
-    @gluon.jit(do_not_specialize=["num_tokens", "num_seqs", "max_blocks", "num_q_blocks"])
+            # -- Q rows: query token (row // HEADS) x query head (row % HEADS) of this kv head --
+            local = q_block_start + offs_m // HEADS
+            head = kv_head * GROUP + head_group * HEADS + offs_m % HEADS
+            row_ok = (offs_m // HEADS < BLOCK_Q) & (head_group * HEADS + offs_m % HEADS < GROUP) & (local < q_len)
+            tok = q_start + local
+            row_ok = row_ok & (tok >= 0) & (tok < num_tokens) & valid
+            q_rows = gl.expand_dims(tok.to(gl.int64) * stride_q_tok + head * stride_q_head, 1)
+            for h in gl.static_range(DH):
+                q = gl.load(query_ptr + q_rows + gl.expand_dims(offs_c + h * 64, 0),
+                            mask=gl.expand_dims(row_ok, 1), other=0.0)
+                q_smem_all.index(wg * DH + h).store(q)
+            fence_async_shared()
+            gl.thread_barrier()
+
+            pos = context + q_block_start + srow // HEADS  # a row's position (rows past BLOCK_Q: not stored)
+            m_i = gl.full([64], float("-inf"), gl.float32, row_layout)
+            l_i = gl.zeros([64], gl.float32, row_layout)
+            o0 = gl.zeros([64, 64], gl.float32, s_layout)
+            o1 = gl.zeros([64, 64], gl.float32, s_layout)
+            if n_tiles > 0:
+                # tile 0, masked: its scores alone
+                stage = it % STAGES
+                mbarrier.wait(k_ready.index(stage), (it // STAGES) & 1)
+                s = _scores(q_smem_all, wg, k_smem, stage, s_layout, DH)
+                s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+                mbarrier.arrive(k_empty.index(stage))
+                p, m_i, l_i, alpha = _softmax(s, m_i, l_i, 0, kv_hi, pos, seq_row_ptr, stride_bt_block, num_pages,
+                                              num_blocks, qk_scale, s_layout, BLOCK_SIZE, True, CAUSAL)
+                p = gl.convert_layout(p.to(dtype), p_layout)
+                # tiles 1 .. n_full - 1 unmasked, the rest masked
+                for j in range(1, n_full):
+                    p, m_i, l_i, o0, o1 = _step(it + j, j, q_smem_all, wg, k_smem, v_smem, k_ready, v_ready, k_empty,
+                                                v_empty, p, m_i, l_i, o0, o1, kv_hi, pos, seq_row_ptr, stride_bt_block,
+                                                num_pages, num_blocks, qk_scale, s_layout, p_layout, BLOCK_SIZE, DH,
+                                                STAGES, False, CAUSAL)
+                for j in range(gl.maximum(n_full, 1), n_tiles):
+                    p, m_i, l_i, o0, o1 = _step(it + j, j, q_smem_all, wg, k_smem, v_smem, k_ready, v_ready, k_empty,
+                                                v_empty, p, m_i, l_i, o0, o1, kv_hi, pos, seq_row_ptr, stride_bt_block,
+                                                num_pages, num_blocks, qk_scale, s_layout, p_layout, BLOCK_SIZE, DH,
+                                                STAGES, True, CAUSAL)
+                # P @ V of the last tile; its V rows past the sequence end zeroed first, half by each
+                # warpgroup, both waiting for both (the cache there may hold NaN; 0 * NaN is NaN)
+                g = it + n_tiles - 1
+                stage = g % STAGES
+                mbarrier.wait(v_ready.index(stage), (g // STAGES) & 1)
+                tail = seq_len - (n_tiles - 1) * _TILE
+                if tail < _TILE:
+                    zl: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+                    zrows = wg * 32 + gl.arange(0, 32, layout=gl.SliceLayout(1, zl))
+                    for h in gl.static_range(DH):
+                        buf = v_smem.index(stage * DH + h).slice(wg * 32, 32)
+                        v = buf.load(zl)
+                        buf.store(gl.where(gl.expand_dims(zrows < tail, 1), v, gl.zeros_like(v)))
+                    fence_async_shared()
+                    gl.thread_barrier()
+                    mbarrier.arrive(tail_bar.index(0))
+                    mbarrier.wait(tail_bar.index(0), tails & 1)
+                    tails += 1
+                o0 = warpgroup_mma(p, v_smem.index(stage * DH), o0, is_async=True)
+                if DH == 2:
+                    o1 = warpgroup_mma(p, v_smem.index(stage * DH + 1), o1, is_async=True)
+                    o0, o1, p = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, p))
+                else:
+                    o0, p = warpgroup_mma_wait(num_outstanding=0, deps=(o0, p))
+                mbarrier.arrive(v_empty.index(stage))
+            it += n_tiles
+
+            # -- epilogue: out = O / l, lse = (m + log2 l) * ln 2; rows without keys 0 and -inf --
+            has_keys = l_i != 0.0
+            inv_l = gl.where(has_keys, 1.0 / gl.where(has_keys, l_i, 1.0), 0.0)
+            o_local = q_block_start + srow // HEADS
+            o_head_in_group = head_group * HEADS + srow % HEADS
+            o_tok = q_start + o_local
+            o_ok = (srow // HEADS < BLOCK_Q) & (o_head_in_group < GROUP) & (o_local < q_len)
+            o_ok = o_ok & (o_tok >= 0) & (o_tok < num_tokens) & valid
+            o_head = kv_head * GROUP + o_head_in_group
+            o_rows = gl.expand_dims(o_tok.to(gl.int64) * stride_o_tok + o_head * stride_o_head, 1)
+            o_mask = gl.expand_dims(o_ok, 1)
+            gl.store(out_ptr + o_rows + gl.expand_dims(ocol, 0),
+                     (o0 * gl.expand_dims(inv_l, 1)).to(out_ptr.dtype.element_ty), mask=o_mask)
+            if DH == 2:
+                gl.store(out_ptr + o_rows + gl.expand_dims(ocol + 64, 0),
+                         (o1 * gl.expand_dims(inv_l, 1)).to(out_ptr.dtype.element_ty), mask=o_mask)
+            if HAS_LSE:
+                lse = gl.where(has_keys, (m_i + gl.log2(gl.where(has_keys, l_i, 1.0))) * _LN2, float("-inf"))
+                gl.store(lse_ptr + o_tok.to(gl.int64) * stride_lse_tok + o_head * stride_lse_head, lse, mask=o_ok)
+
+    @gluon.jit(do_not_specialize=["num_tokens", "num_seqs", "max_blocks", "num_q_blocks", "num_work"])
     def _prefill_sm90_kernel(
         query_ptr,  # [T, Hq, D]
         k_desc, v_desc,  # TMA descriptors of the caches as [NB * BS, Hkv * D], boxes [BOX, 64]
         block_table_ptr, seq_lens_ptr, query_start_loc_ptr,  # [B, MB], [B], [B + 1] int32
         out_ptr, lse_ptr,  # [T, Hq, D]; [T, Hq] float32 (HAS_LSE)
         scale,  # float > 0
-        num_tokens, num_seqs, num_blocks, max_blocks, num_q_blocks,
+        num_tokens, num_seqs, num_blocks, max_blocks, num_q_blocks, kv_groups, num_work,
         stride_q_tok, stride_q_head, stride_bt_seq, stride_bt_block, stride_sl, stride_qsl,
         stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head,
         GROUP: gl.constexpr, HEADS: gl.constexpr, NUM_HEAD_GROUPS: gl.constexpr, BLOCK_Q: gl.constexpr,
         HEAD_SIZE: gl.constexpr, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr, STAGES: gl.constexpr,
         CAUSAL: gl.constexpr, HAS_LSE: gl.constexpr, CONSUMER_REGS: gl.constexpr,
     ):
+        """Persistent: program p runs work items p, p + G, ... (G programs, at most one an SM;
+        ``_work``), its producer loading ahead across items."""
         DH: gl.constexpr = HEAD_SIZE // 64
         dtype: gl.constexpr = query_ptr.dtype.element_ty
-        pid_q = num_q_blocks - 1 - gl.program_id(1)
-        kv_head = gl.program_id(0) // NUM_HEAD_GROUPS
-        head_group = gl.program_id(0) % NUM_HEAD_GROUPS
-
-        # -- which sequence, which of its query blocks (prefill._prefill_kernel's search) --
-        lo_s = gl.program_id(0) * 0
-        hi_s = num_seqs + 1
-        while lo_s < hi_s:
-            mid = (lo_s + hi_s) // 2
-            below = gl.load(query_start_loc_ptr + mid * stride_qsl) // BLOCK_Q + mid <= pid_q
-            lo_s = gl.where(below, mid + 1, lo_s)
-            hi_s = gl.where(below, hi_s, mid)
-        seq = gl.maximum(lo_s - 1, 0)
-        is_seq = seq < num_seqs
-        q_start = gl.load(query_start_loc_ptr + seq * stride_qsl)
-        q_end = gl.load(query_start_loc_ptr + (seq + 1) * stride_qsl, mask=is_seq, other=0)
-        q_end = gl.where(is_seq, q_end, num_tokens)
-        seq_len = gl.load(seq_lens_ptr + seq * stride_sl, mask=is_seq, other=0)
-        q_len = q_end - q_start
-        q_block_start = (pid_q - (q_start // BLOCK_Q + seq)) * BLOCK_Q
-        if (q_block_start < 0) | (q_block_start >= q_len):
-            return
-        context = seq_len - q_len
-
-        # -- the keys this block sees, [0, kv_hi); those every row sees, [0, full_hi) --
-        p_first = context + q_block_start
-        p_last = context + gl.minimum(q_block_start + BLOCK_Q, q_len) - 1
-        kv_hi = gl.minimum(seq_len, max_blocks * BLOCK_SIZE)
-        full_hi = kv_hi
-        if CAUSAL:
-            kv_hi = gl.minimum(kv_hi, p_last + 1)
-            full_hi = gl.minimum(full_hi, p_first + 1)
-        n_tiles = (gl.maximum(kv_hi, 0) + _TILE - 1) // _TILE
-        n_full = gl.minimum(gl.maximum(full_hi, 0) // _TILE, n_tiles)
-        num_pages = (gl.maximum(seq_len, 0) + BLOCK_SIZE - 1) // BLOCK_SIZE
-        seq_row_ptr = block_table_ptr + seq.to(gl.int64) * stride_bt_seq
-        # unmasked tiles skip the block-id checks: one pass over their ids proves them in range
-        ids_layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-        bad = gl.zeros([128], gl.int32, ids_layout)
-        full_pages = (n_full * _TILE + BLOCK_SIZE - 1) // BLOCK_SIZE
-        for p0 in range(0, full_pages, 128):
-            pages = p0 + gl.arange(0, 128, layout=ids_layout)
-            ids = gl.load(seq_row_ptr + pages * stride_bt_block, mask=pages < full_pages, other=0)
-            bad += ((ids < 0) | (ids >= num_blocks)).to(gl.int32)
-        n_full = gl.where(gl.sum(bad, 0) > 0, 0, n_full)
-
         smem_layout: gl.constexpr = k_desc.layout  # 128-byte swizzle: rows of 64 bf16/fp16
         q_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
         q_smem = gl.allocate_shared_memory(dtype, [2 * DH, 64, 64], q_layout)
@@ -399,20 +446,23 @@ if gluon is not None:
         mbarrier.init(tail_bar.index(0), count=2)
         fence_async_shared()
 
-        col = kv_head * HEAD_SIZE
         gl.warp_specialize([
             (_consumer, (0, query_ptr, out_ptr, lse_ptr, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
-                         tail_bar, seq_row_ptr, stride_bt_block, num_pages, num_blocks, n_tiles, n_full, kv_hi,
-                         seq_len, scale, q_start, q_len, q_block_start, context, num_tokens, kv_head, head_group,
-                         stride_q_tok, stride_q_head, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head,
-                         GROUP, HEADS, BLOCK_Q, HEAD_SIZE, BLOCK_SIZE, STAGES, CAUSAL, HAS_LSE)),
+                         tail_bar, query_start_loc_ptr, seq_lens_ptr, block_table_ptr, scale, stride_q_tok,
+                         stride_q_head, stride_bt_seq, stride_bt_block, stride_sl, stride_qsl, stride_o_tok,
+                         stride_o_head, stride_lse_tok, stride_lse_head, num_seqs, num_tokens, num_blocks, max_blocks,
+                         num_q_blocks, kv_groups, num_work, GROUP, HEADS, NUM_HEAD_GROUPS, BLOCK_Q,
+                         HEAD_SIZE, BLOCK_SIZE, STAGES, CAUSAL, HAS_LSE)),
             (_consumer, (1, query_ptr, out_ptr, lse_ptr, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
-                         tail_bar, seq_row_ptr, stride_bt_block, num_pages, num_blocks, n_tiles, n_full, kv_hi,
-                         seq_len, scale, q_start, q_len, q_block_start, context, num_tokens, kv_head, head_group,
-                         stride_q_tok, stride_q_head, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head,
-                         GROUP, HEADS, BLOCK_Q, HEAD_SIZE, BLOCK_SIZE, STAGES, CAUSAL, HAS_LSE)),
-            (_producer, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, n_tiles, seq_row_ptr,
-                         stride_bt_block, num_pages, num_blocks, col, BLOCK_SIZE, BOX, DH, STAGES)),
+                         tail_bar, query_start_loc_ptr, seq_lens_ptr, block_table_ptr, scale, stride_q_tok,
+                         stride_q_head, stride_bt_seq, stride_bt_block, stride_sl, stride_qsl, stride_o_tok,
+                         stride_o_head, stride_lse_tok, stride_lse_head, num_seqs, num_tokens, num_blocks, max_blocks,
+                         num_q_blocks, kv_groups, num_work, GROUP, HEADS, NUM_HEAD_GROUPS, BLOCK_Q,
+                         HEAD_SIZE, BLOCK_SIZE, STAGES, CAUSAL, HAS_LSE)),
+            (_producer, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, query_start_loc_ptr,
+                         seq_lens_ptr, block_table_ptr, stride_qsl, stride_sl, stride_bt_seq, stride_bt_block,
+                         num_seqs, num_tokens, num_blocks, max_blocks, num_q_blocks, kv_groups, num_work,
+                         NUM_HEAD_GROUPS, BLOCK_Q, HEAD_SIZE, BLOCK_SIZE, BOX, STAGES, CAUSAL)),
         ], [4, 1], [CONSUMER_REGS, REGS_PRODUCER])
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(k_ready.index(i))
@@ -434,6 +484,12 @@ def descriptors(key_cache: Tensor, value_cache: Tensor) -> tuple:
                  for c in (key_cache, value_cache))
 
 
+def _num_sms(device: torch.device) -> int:
+    from . import paged_attention as pa
+
+    return pa._num_sms(device)
+
+
 def _launch(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_table: Tensor, seq_lens: Tensor,
             query_start_loc: Tensor, out: Tensor, lse: Tensor | None, scale: float, causal: bool,
             rows: tuple[int, int, int, int]) -> None:
@@ -445,15 +501,18 @@ def _launch(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_table: 
     num_q_blocks = num_tokens // block_q + num_seqs + 1
     k_desc, v_desc = descriptors(key_cache, value_cache)
     lse_strides = lse.stride() if lse is not None else (0, 0)
-    grid = (num_kv_heads * num_head_groups, num_q_blocks)
+    kv_groups = num_kv_heads * num_head_groups
+    num_work = kv_groups * num_q_blocks
+    grid = (min(num_work, _num_sms(query.device)),)
     _prefill_sm90_kernel[grid](
         query, k_desc, v_desc, block_table, seq_lens, query_start_loc, out, lse if lse is not None else out,
-        float(scale), num_tokens, num_seqs, num_blocks, max_blocks, num_q_blocks,
+        float(scale), num_tokens, num_seqs, num_blocks, max_blocks, num_q_blocks, kv_groups, num_work,
         query.stride(0), query.stride(1), block_table.stride(0), block_table.stride(1), seq_lens.stride(0),
         query_start_loc.stride(0), out.stride(0), out.stride(1), lse_strides[0], lse_strides[1],
         GROUP=num_heads // num_kv_heads, HEADS=heads, NUM_HEAD_GROUPS=num_head_groups, BLOCK_Q=block_q,
         HEAD_SIZE=head_size, BLOCK_SIZE=block_size, BOX=min(block_size, TILE_N), STAGES=STAGES,
-        CAUSAL=bool(causal), HAS_LSE=lse is not None, CONSUMER_REGS=REGS_CONSUMER, num_warps=NUM_WARPS,
+        CAUSAL=bool(causal), HAS_LSE=lse is not None, CONSUMER_REGS=REGS_CONSUMER,
+        num_warps=NUM_WARPS,
     )
 
 
