@@ -4,7 +4,8 @@
 which exposes the out-form function of ``torch_paged_attn.lowering`` named after the op and its
 own ``supports``. Launches go through
 ``torch.library.wrap_triton`` so that, under torch.compile, Inductor sees and launches the
-kernels itself (inside CUDA graphs, and compiled into AOTInductor packages).
+kernels itself (inside CUDA graphs, and compiled into AOTInductor packages); the one exception,
+the Gluon prefill kernel of sm_90 (``prefill_sm90``), runs behind a private opaque op.
 """
 
 from __future__ import annotations

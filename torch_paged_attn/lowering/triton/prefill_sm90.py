@@ -3,7 +3,7 @@ asynchronous wgmma, the softmax of one key tile beside the P @ V of the one befo
 
 Computes what ``prefill._prefill_kernel`` computes (causal or full attention of many query tokens
 over a block-table K/V cache, FlashAttention-2's online softmax in base 2) for the calls it takes
-(``supports``): bf16/fp16 queries and caches of the same dtype, head sizes 64 or 128 (K and V the
+(``declines`` says which): bf16/fp16 queries and caches of the same dtype, head sizes 64 or 128 (K and V the
 same), block sizes that are powers of two >= 8, caches whose ``[NB, BS, Hkv, D]`` storage is
 contiguous, no window, chunk, softcap, ALiBi, sinks or fp8. What it changes is how a tile is fed
 and scheduled, which Triton's automatic pipeliner does not let the other kernel choose:
@@ -20,10 +20,12 @@ and scheduled, which Triton's automatic pipeliner does not let the other kernel 
   are issued back to back as asynchronous wgmma; the softmax of tile j runs while the tensor cores
   work on ``P_{j-1} V_{j-1}``; then ``O`` is rescaled. Q stays in shared memory (wgmma's A from
   shared memory), P goes from registers.
-- **Rows.** 128 rows a program in two warpgroups (8 warps, each warpgroup 64 rows): ``BLOCK_Q``
-  tokens x the ``HEADS`` query heads of one kv head (the GQA group packed, K/V loaded once for
-  it), as in ``prefill``; the grid, the query-block order (longest causal blocks first) and the
-  sequence search are that kernel's.
+- **Rows and order.** 128 rows a work item in two consumer warpgroups (64 rows each, their own
+  partitions, 4 warps each; the producer a third, one warp): ``BLOCK_Q`` tokens x the ``HEADS``
+  query heads of one kv head (the GQA group packed, K/V loaded once for it), as in ``prefill``.
+  Persistent: one program an SM, each running its work items (query block x kv head group,
+  ``_work``) in a zigzag order, the producer loading the next item's pages while the consumers
+  finish one; the barrier phases run on across items.
 
 Tiles whose 64 keys every row sees (and whose block ids one pass over the block table proves in
 range) run without position or id masks; the first tile, the causal diagonal and the sequence end
@@ -36,7 +38,11 @@ q_bytes`` + the LSE; FLOPs ``4 * D`` per visible (query, key) pair and head. Sha
 ``128 * D * 2`` (Q) + ``STAGES * 2 * 64 * D * 2`` bytes (K, V).
 
 Runs only on a CUDA device of compute capability 9.0 (Gluon kernels have no interpreter); the
-Triton kernel in ``prefill`` runs every call this one declines.
+Triton kernel in ``prefill`` runs every call this one declines. Under tracing it runs behind the
+private opaque op ``paged_attn::_prefill_sm90`` (its TMA descriptors are built per call on the
+host, which ``wrap_triton`` does not launch); the grid is the SM count, so capture and replay hold.
+H100, 2026-11-24: prefill 4 x 2048 causal 325.4 us (423 TFLOP/s, 0.86x FlashAttention-4, 1.02x
+FlashInfer), chunked 4 x 512 on 4096 287.8 us (``benchmarks/RESULTS.md``).
 """
 
 from __future__ import annotations
@@ -61,8 +67,8 @@ LN2 = 0.6931471805599453
 TILE_N = 64  # keys a tile; also the column width of one shared-memory half (128 bytes of bf16)
 BLOCK_M = 128  # rows a program: two consumer warpgroups of 64
 NUM_WARPS = 4  # the kernel's own warps: the first consumer warpgroup; the second and the producer warp are added
-REGS_CONSUMER = 232  # registers a thread of the second consumer warpgroup (setmaxnreg); not yet timed
-REGS_PRODUCER = 24
+REGS_CONSUMER = 232  # registers a thread of the second consumer warpgroup (setmaxnreg; swept below)
+REGS_PRODUCER = 24  # the producer warp: scalar block-table loads and TMA issues only
 # K/V tiles in flight and the second consumer warpgroup's registers. H100, 2026-11-24, graph
 # replays, prefill 4 x 2048 / chunked 4 x 512 on 4096, us (the Triton prefill kernel 412.5 / 350.9):
 # persistent, zigzag order (results/gpu-2026-11-24b/gluon-sweep-persistent.txt): 2 stages 335.8 /
@@ -120,7 +126,8 @@ if gluon is not None:
         """TMA copies of one page's ``BOX`` rows into rows ``tile_row ..`` of ``stage`` (both
         64-column halves at D 128)."""
         for h in gl.static_range(DH):
-            tma.async_copy_global_to_shared(desc, [row, col + h * 64], bar, smem.index(stage * DH + h).slice(tile_row, BOX))
+            tma.async_copy_global_to_shared(desc, [row, col + h * 64], bar,
+                                            smem.index(stage * DH + h).slice(tile_row, BOX))
 
     @gluon.jit
     def _page_row(key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks, BLOCK_SIZE: gl.constexpr):
@@ -196,8 +203,8 @@ if gluon is not None:
         it = gl.program_id(0) * 0  # tiles loaded so far: the stage and barrier phase of the next
         for r in range(0, (num_work + gl.num_programs(0) - 1) // gl.num_programs(0)):
             (valid, kv_head, head_group, q_start, q_len, q_block_start, context, seq_len, kv_hi, n_tiles, n_full,
-             num_pages, seq_row_ptr) = _work(r, num_work, query_start_loc_ptr, seq_lens_ptr, block_table_ptr, stride_qsl,
-                                             stride_sl, stride_bt_seq, num_seqs, num_tokens, max_blocks,
+             num_pages, seq_row_ptr) = _work(r, num_work, query_start_loc_ptr, seq_lens_ptr, block_table_ptr,
+                                             stride_qsl, stride_sl, stride_bt_seq, num_seqs, num_tokens, max_blocks,
                                              num_q_blocks, kv_groups, NUM_HEAD_GROUPS, BLOCK_Q, BLOCK_SIZE, CAUSAL)
             col = kv_head * HEAD_SIZE
             for j in range(n_tiles):
@@ -311,8 +318,8 @@ if gluon is not None:
         tails = gl.program_id(0) * 0  # uses of tail_bar so far: its phase
         for r in range(0, (num_work + gl.num_programs(0) - 1) // gl.num_programs(0)):
             (valid, kv_head, head_group, q_start, q_len, q_block_start, context, seq_len, kv_hi, n_tiles, n_full,
-             num_pages, seq_row_ptr) = _work(r, num_work, query_start_loc_ptr, seq_lens_ptr, block_table_ptr, stride_qsl,
-                                             stride_sl, stride_bt_seq, num_seqs, num_tokens, max_blocks,
+             num_pages, seq_row_ptr) = _work(r, num_work, query_start_loc_ptr, seq_lens_ptr, block_table_ptr,
+                                             stride_qsl, stride_sl, stride_bt_seq, num_seqs, num_tokens, max_blocks,
                                              num_q_blocks, kv_groups, NUM_HEAD_GROUPS, BLOCK_Q, BLOCK_SIZE, CAUSAL)
             # unmasked tiles skip the block-id checks: one pass over their ids proves them in range
             bad = gl.zeros([128], gl.int32, ids_layout)
