@@ -182,7 +182,9 @@ if gluon is not None:
             full_hi = gl.minimum(full_hi, p_first + 1)
         n_tiles = gl.where(valid, (gl.maximum(kv_hi, 0) + _TILE - 1) // _TILE, 0)
         n_full = gl.minimum(gl.maximum(full_hi, 0) // _TILE, n_tiles)
-        num_pages = (gl.maximum(seq_len, 0) + BLOCK_SIZE - 1) // BLOCK_SIZE
+        # pages of the sequence within its block-table row (a seq_len past the row's capacity, a bad
+        # value, reads nothing beyond the row)
+        num_pages = gl.minimum((gl.maximum(seq_len, 0) + BLOCK_SIZE - 1) // BLOCK_SIZE, max_blocks)
         seq_row_ptr = block_table_ptr + seq.to(gl.int64) * stride_bt_seq
         return (valid, kv_group // NUM_HEAD_GROUPS, kv_group % NUM_HEAD_GROUPS, q_start, q_len, q_block_start,
                 context, seq_len, kv_hi, n_tiles, n_full, num_pages, seq_row_ptr)
