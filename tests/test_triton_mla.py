@@ -670,3 +670,108 @@ def test_strided_cache_bitwise_cuda() -> None:
 def test_nan_kv_scale_cuda() -> None:
     check_nan_kv_scale("cuda", replace(_BASE, q_lens=(1, 2, 1, 1), kv_lens=(1000, 9, 0, 1), cache_dtype=E4M3,
                                        pad_tokens=2))
+
+
+# -- GPU tier: the Gluon sm_90 kernel (mla_sm90) on every call it takes ------------------------------
+
+@pytest.fixture
+def gluon_mla(monkeypatch):
+    """``mla.SM90_GLUON`` on, one SM planned (so small batches count as filling the GPU); the calls
+    the Gluon kernel ran are recorded."""
+    from torch_paged_attn import lowering
+    from torch_paged_attn.lowering.triton import mla_sm90
+
+    if not _CUDA or torch.cuda.get_device_capability() != (9, 0) or mla_sm90.gluon is None:
+        pytest.skip("the Gluon MLA kernel runs on sm_90 with Gluon only")
+    monkeypatch.setattr(tmla, "SM90_GLUON", True)
+    monkeypatch.setattr(tmla, "_num_sms", lambda device: 1)
+    monkeypatch.setattr(lowering, "_CHOICES", {})
+    launched = []
+    real = mla_sm90.prepare
+    monkeypatch.setattr(mla_sm90, "prepare", lambda **k: launched.append(k) or real(**k))
+    return launched
+
+
+# 128 and 64 heads, block sizes 64 / 16 / 8, decode (lengths 0, 1, BS +- 1, several tiles) and
+# speculative tokens (causal and not), padding tokens (NaN queries), fp16, no LSE, a latent of 256
+_GLUON_CASES = [
+    replace(_BASE, num_heads=128, pad_tokens=2),
+    replace(_BASE, **_MTP, num_heads=128),
+    replace(_BASE, **_MTP, num_heads=64, causal=False, block_size=16),
+    replace(_BASE, q_lens=(1, 1, 1, 1, 1, 1), kv_lens=(15, 16, 17, 63, 65, 0), num_heads=64, block_size=8),
+    replace(_BASE, num_heads=128, dtype=FP16, with_lse=False, block_size=32),
+    replace(_BASE, num_heads=64, latent=256, rope=64),
+]
+
+
+@gpu_tier
+@pytest.mark.parametrize("case", _GLUON_CASES, ids=lambda c: c.id)
+def test_gluon_mla_cuda(case: Case, gluon_mla) -> None:
+    check_case(case, "cuda")
+    assert gluon_mla, "the Gluon MLA kernel did not run"
+
+
+@gpu_tier
+def test_gluon_mla_bad_block_ids_cuda(gluon_mla) -> None:
+    b = make_batch(replace(_BASE, q_lens=(1, 2, 1), kv_lens=(1000, 500, 64), num_heads=128), "cuda", seed=11)
+    nb, bs = b.kv_cache.shape[:2]
+    for i, (n, bad) in enumerate(zip((1000, 500, 64), (-1, nb, 2**31 - 1))):
+        b.block_table[i, (5 * i) % -(-n // bs)] = bad
+    out, lse = run_triton(b)
+    assert gluon_mla, "the Gluon MLA kernel did not run"
+    assert torch.isfinite(out).all() and not torch.isnan(lse).any()
+    check(b, out, lse, True, BF16)
+
+
+@gpu_tier
+def test_gluon_mla_declines_cuda(gluon_mla) -> None:
+    """fp8 caches, 16 heads, a cross-layer cache and forced splits run the Triton kernel."""
+    for case in (replace(_BASE, num_heads=128, cache_dtype=E4M3), replace(_BASE),
+                 replace(_BASE, num_heads=128, strided=True), replace(_BASE, num_heads=128, split_tokens=256)):
+        gluon_mla.clear()
+        check_case(case, "cuda")
+        assert not gluon_mla, f"the Gluon kernel took {case.id}"
+
+
+@gpu_tier
+def test_gluon_mla_graph_and_compile_cuda(gluon_mla) -> None:
+    """Captured once under sync-debug "error" and replayed on new lengths; the public op under
+    torch.compile(fullgraph=True) gives the eager bits."""
+    static = make_batch(replace(_BASE, q_lens=(1,) * 4, kv_lens=(1300,) * 4, num_heads=128), "cuda", 0)
+    out = torch.full((4, 128, 512), float("nan"), dtype=BF16, device="cuda")
+    lse = torch.full((4, 128), float("nan"), device="cuda")
+
+    def call():
+        tmla.mla_decode(*static.args(), out, lse, scale=static.scale, causal=True, kv_scale=None)
+
+    call()
+    assert gluon_mla, "the Gluon MLA kernel did not run"
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            call()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for seed, kv_lens in ((1, (30, 1270, 0, 5)), (2, (1, 2, 3, 1100))):
+        new = make_batch(replace(_BASE, q_lens=(1,) * 4, kv_lens=kv_lens, num_heads=128), "cuda", seed)
+        static.block_table.fill_(-1)
+        static.block_table[:, : new.block_table.shape[1]].copy_(new.block_table[:, : static.block_table.shape[1]])
+        static.seq_lens.copy_(new.seq_lens)
+        static.q_latent.copy_(new.q_latent)
+        static.q_rope.copy_(new.q_rope)
+        static.kv_cache.fill_(float("nan"))
+        n = min(new.kv_cache.shape[0], static.kv_cache.shape[0])
+        static.kv_cache[:n].copy_(new.kv_cache[:n])
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        graph.replay()
+        check(static, out, lse, True, BF16)
+
+    def public(ql, qr, kv, bt, sl, qsl):
+        return torch_paged_attn.mla_decode(ql, qr, kv, bt, sl, qsl, scale=static.scale)
+
+    eager = public(*static.args())
+    compiled = torch.compile(public, fullgraph=True)(*static.args())
+    assert torch.equal(eager[0], compiled[0]) and torch.equal(eager[1], compiled[1])

@@ -54,6 +54,7 @@ from .paged_attention import (
     _load_rows,
     _pad,
     _plan_splits,
+    _num_sms,
 )
 
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -131,6 +132,10 @@ _CONFIGS = {
 # pipe 11.7 % active (results/gpu-2026-11-24).
 _FP8_CONFIGS = {**_CONFIGS, 16: (64, 4, 1, 2, "keys", "queries")}
 # Heads one program holds (the M dimension of the dots is at most 64 rows).
+# Calls ``mla_sm90`` takes (sm_90, bf16/fp16, 64-head groups, no fp8, enough items to fill the GPU
+# without split-KV) run that Gluon kernel when this is True. Not yet run on a GPU: off.
+SM90_GLUON = False
+
 _MAX_HEADS_PER_PROGRAM = 64
 _MAX_BLOCK_M = 64
 _MAX_GRID_Y = 65535  # CUDA's limit on grid axes 1 and 2
@@ -450,6 +455,12 @@ def prepare_mla_decode(
     num_head_groups = cdiv(num_heads, _MAX_HEADS_PER_PROGRAM)
     heads = cdiv(num_heads, num_head_groups)
     invariant = _config.is_batch_invariant()
+    if SM90_GLUON and not invariant:
+        from . import mla_sm90
+
+        if mla_sm90.declines(q_latent, q_rope, kv_cache, num_tokens, _num_sms(q_latent.device),
+                             split_tokens=split_tokens) is None:
+            return mla_sm90.prepare(scale=scale, causal=causal)
     if invariant and split_tokens is None:
         split_tokens = _INVARIANT_SPLIT_TOKENS
     # Query tokens a program holds: 1 for decode (and always in batch-invariant mode), else the

@@ -1,0 +1,401 @@
+"""MLA decode on Hopper (sm_90) in Gluon for 64-head groups: the latent tile loaded once by TMA,
+both wgmma products split between two warpgroups without doing either twice.
+
+Computes what ``mla._mla_kernel`` computes (absorbed MLA decode: every head attends to the rows
+``[c | k_pe]`` of a paged latent cache, the latent ``c`` is the value too) for the calls it takes
+(``declines`` says which): bf16/fp16 queries and cache, latent 512 and rope 64 (any latent that
+is a multiple of 128 and rope 64), 64 heads a program (``H`` a multiple of 64), block sizes that
+are powers of two >= 8, a contiguous cache, no fp8, and enough (query token, head group) items to
+fill the GPU without splitting the keys (the Triton kernel splits them for small batches).
+
+The split of the work follows FlashMLA's reasoning (the [64, 512] float32 accumulator does not
+fit one warpgroup beside the scores): of each 64-key tile, warpgroup w computes the scores of keys
+``[32 w, 32 w + 32)`` over all 576 columns (``S_w = Q [c | k_pe]_w^T``, Q from shared memory) and
+accumulates output columns ``[256 w, 256 w + 256)`` of all 64 keys (``O_w += P c[:, cols_w]``).
+The two exchange through shared memory, per tile: their row maxima (so both use one running max),
+then their halves of P (bf16, 4 KiB each); each keeps its own partial row sum, added at the end.
+So each warpgroup issues 9 score wgmmas of N = 32 and 8 value wgmmas of K = 32, N = 64 a tile,
+and neither the latent tile nor any product is computed twice. A producer warp issues the TMA
+copies (one box of ``min(BS, 64)`` rows x 64 columns a copy; a block id outside ``[0, NB)`` or a
+page past the sequence reads zeros from past the cache's last row), ``STAGES`` tiles ahead.
+
+Layouts: q_latent/out ``[T, H, L]``, q_rope ``[T, H, R]`` (any strides, last one 1), kv_cache
+``[NB, BS, L + R]`` contiguous (a 2-D ``[NB * BS, L + R]`` TMA view). Grid: (token, head group),
+one program an item. Shared memory: Q ``64 x (L + R) x 2`` + ``STAGES x 64 x (L + R) x 2`` + P
+``64 x 64 x 2`` bytes (216 KiB + 8 KiB at 576 columns and 2 stages). Bytes moved:
+``sum_t seq_len_t * G * (L + R) * cache_bytes`` (G head groups; the second group's read mostly
+from L2) + ``T * H * (2L + R) * q_bytes``.
+
+NOT YET RUN ON A GPU: compiled for sm_90 with Triton 3.6 only. Off unless ``mla.SM90_GLUON``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+try:  # Gluon ships with Triton >= 3.5
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait,
+    )
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+except ImportError:  # pragma: no cover - depends on the installed Triton
+    gluon = None
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+TILE_N = 64  # keys a tile (32 each warpgroup's scores)
+HEADS = 64  # rows a program
+STAGES = 2  # latent tiles in flight (72 KiB each at 576 columns); not yet timed
+NUM_WARPS = 4  # the first consumer warpgroup; the second and the producer warp are added
+REGS_CONSUMER = 224  # the second consumer warpgroup; 232 leaves the first 248 and 14 spill instructions (sm_90 SASS)
+REGS_PRODUCER = 24
+
+
+def declines(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, num_tokens: int, num_sms: int, *,
+             split_tokens: int | None) -> str | None:
+    """Why this kernel does not take the call (None: it takes it). Static facts only."""
+    if gluon is None:
+        return "Gluon is not available in this Triton"
+    if q_latent.device.type != "cuda" or torch.cuda.get_device_capability(q_latent.device) != (9, 0):
+        return "not an sm_90 device"
+    if q_latent.dtype not in (torch.bfloat16, torch.float16) or q_rope.dtype != q_latent.dtype \
+            or kv_cache.dtype != q_latent.dtype:
+        return "dtype: bf16/fp16 queries and cache of the same dtype only"
+    latent, rope = q_latent.shape[2], q_rope.shape[2]
+    if latent % 128 or rope != 64 or latent + rope > 576:
+        return "latent a multiple of 128 up to 512, rope 64"
+    num_heads = q_latent.shape[1]
+    if num_heads % HEADS:
+        return "heads: a multiple of 64"
+    num_blocks, block_size, _ = kv_cache.shape
+    if block_size < 8 or block_size & (block_size - 1):
+        return "block size: a power of two >= 8"
+    if not kv_cache.is_contiguous() or kv_cache.storage_offset() * kv_cache.element_size() % 16:
+        return "cache: contiguous, 16-byte aligned"
+    if num_blocks * block_size >= 2**31 - 64:
+        return "cache rows: under 2^31"
+    if q_latent.stride(2) != 1 or q_rope.stride(2) != 1:
+        return "queries: contiguous last dimension"
+    if split_tokens is not None:
+        return "forced split-KV"
+    if num_tokens * (num_heads // HEADS) * 4 < num_sms * 3:
+        return "too few (token, head group) items to fill the GPU without split-KV"
+    return None
+
+
+if gluon is not None:
+    _TILE = gl.constexpr(TILE_N)
+    _ROWS = gl.constexpr(HEADS)
+    _LOG2E = gl.constexpr(LOG2E)
+    _LN2 = gl.constexpr(LN2)
+    REGS_PRODUCER = gl.constexpr(REGS_PRODUCER)
+
+    @gluon.jit
+    def _page_row(key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks, BLOCK_SIZE: gl.constexpr):
+        """The cache row holding key ``key0``; past the last row (TMA reads zeros there) for a page
+        past ``num_pages`` or an id outside ``[0, num_blocks)``."""
+        page = key0 // BLOCK_SIZE
+        blk = gl.load(seq_row_ptr + page * stride_bt_block, mask=page < num_pages, other=-1)
+        ok = (blk >= 0) & (blk < num_blocks)
+        return gl.where(ok, blk * BLOCK_SIZE + key0 % BLOCK_SIZE, num_blocks * BLOCK_SIZE)
+
+    @gluon.jit
+    def _producer(kv_desc, kv_smem, ready, empty, n_tiles, seq_row_ptr, stride_bt_block, num_pages, num_blocks,
+                  CHUNKS: gl.constexpr, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr, STAGES: gl.constexpr):
+        """One warp: the latent tiles, ``STAGES`` ahead, each stage refilled once both warpgroups
+        released it."""
+        PAGES: gl.constexpr = _TILE // BOX
+        nbytes: gl.constexpr = _TILE * 64 * 2 * CHUNKS
+        for j in range(n_tiles):
+            stage = j % STAGES
+            mbarrier.wait(empty.index(stage), ((j // STAGES) & 1) ^ 1)
+            mbarrier.expect(ready.index(stage), nbytes)
+            for i in gl.static_range(PAGES):
+                row = _page_row(j * _TILE + i * BOX, seq_row_ptr, stride_bt_block, num_pages, num_blocks, BLOCK_SIZE)
+                for c in gl.static_range(CHUNKS):
+                    tma.async_copy_global_to_shared(kv_desc, [row, c * 64], ready.index(stage),
+                                                    kv_smem.index(stage * CHUNKS + c).slice(i * BOX, BOX))
+
+    @gluon.jit
+    def _consumer(wg: gl.constexpr, q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, q_smem, kv_smem, p_smem, mx_smem,
+                  l_smem, ready, empty, q_bar, mx_bar, p_bar, p_free, l_bar, seq_row_ptr, stride_bt_block, num_pages,
+                  num_blocks, n_tiles, kv_hi, pos, scale, tok, head0, tok_ok,
+                  stride_ql_tok, stride_ql_head, stride_qr_tok, stride_qr_head, stride_o_tok, stride_o_head,
+                  stride_lse_tok, stride_lse_head,
+                  LATENT: gl.constexpr, BLOCK_SIZE: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                  HAS_LSE: gl.constexpr):
+        """Warpgroup ``wg``: scores of keys ``[32 wg, 32 wg + 32)`` of each tile, output columns
+        ``[LATENT / 2 * wg, ...)`` of all its keys."""
+        CHUNKS: gl.constexpr = LATENT // 64 + 1  # the latent's 64-column chunks and the rope
+        VCH: gl.constexpr = LATENT // 128  # value chunks of this warpgroup
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, 32, 16])
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, 64, 16])
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+        row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+        orow_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
+        io_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+        dtype: gl.constexpr = q_latent_ptr.dtype.element_ty
+
+        # -- Q [64 heads, L + R] into shared memory: this warpgroup's share of the chunks --
+        offs_h = head0 + gl.arange(0, _ROWS, layout=gl.SliceLayout(1, io_layout))
+        offs_c = gl.arange(0, 64, layout=gl.SliceLayout(0, io_layout))
+        ql_rows = gl.expand_dims(tok.to(gl.int64) * stride_ql_tok + offs_h * stride_ql_head, 1)
+        qr_rows = gl.expand_dims(tok.to(gl.int64) * stride_qr_tok + offs_h * stride_qr_head, 1)
+        for c in gl.static_range(CHUNKS):
+            if c % 2 == wg:
+                if c < CHUNKS - 1:
+                    q = gl.load(q_latent_ptr + ql_rows + gl.expand_dims(offs_c + c * 64, 0))
+                else:
+                    q = gl.load(q_rope_ptr + qr_rows + gl.expand_dims(offs_c, 0))
+                q_smem.index(c).store(q)
+        fence_async_shared()
+        mbarrier.arrive(q_bar.index(0))
+        mbarrier.wait(q_bar.index(0), 0)
+
+        qk_scale = scale * _LOG2E
+        m_i = gl.full([_ROWS], float("-inf"), gl.float32, row_layout)
+        l_i = gl.zeros([_ROWS], gl.float32, row_layout)
+        o0 = gl.zeros([_ROWS, 64], gl.float32, o_layout)
+        o1 = gl.zeros([_ROWS, 64], gl.float32, o_layout)
+        o2 = gl.zeros([_ROWS, 64], gl.float32, o_layout)
+        o3 = gl.zeros([_ROWS, 64], gl.float32, o_layout)
+        offs_k = wg * 32 + gl.arange(0, 32, layout=gl.SliceLayout(0, s_layout))
+        mrows = gl.arange(0, _ROWS, layout=row_layout)
+        for j in range(n_tiles):
+            stage = j % STAGES
+            phase = j & 1
+            mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
+            # -- S_w [64, 32]: this warpgroup's keys over all columns --
+            s = gl.zeros([_ROWS, 32], gl.float32, s_layout)
+            for c in gl.static_range(CHUNKS):
+                s = warpgroup_mma(q_smem.index(c), kv_smem.index(stage * CHUNKS + c).slice(wg * 32, 32).permute((1, 0)),
+                                  s, use_acc=c > 0, is_async=True)
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+            # -- masks: keys past kv_hi, bad block ids, causal positions --
+            keys = j * _TILE + offs_k
+            page = keys // BLOCK_SIZE
+            blk = gl.load(seq_row_ptr + page * stride_bt_block, mask=page < num_pages, other=-1)
+            key_ok = (blk >= 0) & (blk < num_blocks) & (keys < kv_hi)
+            if CAUSAL:
+                key_ok = key_ok & (keys <= pos)
+            s = gl.where(gl.expand_dims(key_ok, 0), s, float("-inf"))
+            # -- one running max for both warpgroups: exchange the tile's row maxima --
+            m_w = gl.max(s, 1) * qk_scale
+            mx_smem.index(wg).store(m_w)
+            mbarrier.arrive(mx_bar.index(0))
+            mbarrier.wait(mx_bar.index(0), phase)
+            m_other = mx_smem.index(1 - wg).load(row_layout)
+            m_new = gl.maximum(m_i, gl.maximum(m_w, m_other))
+            m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = gl.exp2(m_i - m_ref)
+            p = gl.exp2(s * qk_scale - gl.expand_dims(m_ref, 1))
+            l_i = l_i * alpha + gl.sum(p, 1)
+            m_i = m_new
+            # -- P halves into shared memory once both finished reading the last ones --
+            mbarrier.wait(p_free.index(0), phase ^ 1)
+            p_smem.index(wg).store(p.to(dtype))
+            tail = kv_hi - j * _TILE
+            if tail < _TILE:  # the last tile: value rows past the keys zeroed (the cache may hold NaN)
+                zl: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+                zrows = wg * 32 + gl.arange(0, 32, layout=gl.SliceLayout(1, zl))
+                for c in gl.static_range(CHUNKS - 1):
+                    buf = kv_smem.index(stage * CHUNKS + c).slice(wg * 32, 32)
+                    v = buf.load(zl)
+                    buf.store(gl.where(gl.expand_dims(zrows < tail, 1), v, gl.zeros_like(v)))
+            fence_async_shared()
+            mbarrier.arrive(p_bar.index(0))
+            mbarrier.wait(p_bar.index(0), phase)
+            # -- O_w += P [64, 64] @ c[:, cols_w]: two K = 32 halves of P from shared memory --
+            a = gl.expand_dims(gl.convert_layout(alpha, orow_layout), 1)
+            o0 = o0 * a
+            o1 = o1 * a
+            o2 = o2 * a
+            o3 = o3 * a
+            for half in gl.static_range(2):
+                ph = p_smem.index(half)
+                o0 = warpgroup_mma(ph, kv_smem.index(stage * CHUNKS + wg * VCH + 0).slice(half * 32, 32), o0,
+                                   is_async=True)
+                if VCH > 1:
+                    o1 = warpgroup_mma(ph, kv_smem.index(stage * CHUNKS + wg * VCH + 1).slice(half * 32, 32), o1,
+                                       is_async=True)
+                if VCH > 2:
+                    o2 = warpgroup_mma(ph, kv_smem.index(stage * CHUNKS + wg * VCH + 2).slice(half * 32, 32), o2,
+                                       is_async=True)
+                if VCH > 3:
+                    o3 = warpgroup_mma(ph, kv_smem.index(stage * CHUNKS + wg * VCH + 3).slice(half * 32, 32), o3,
+                                       is_async=True)
+            o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
+            mbarrier.arrive(p_free.index(0))
+            mbarrier.arrive(empty.index(stage))
+
+        # -- epilogue: l = l_0 + l_1 (both add in that order), out = O / l, lse = (m + log2 l) ln 2 --
+        l_smem.index(wg).store(l_i)
+        mbarrier.arrive(l_bar.index(0))
+        mbarrier.wait(l_bar.index(0), 0)
+        l_tot = l_smem.index(0).load(row_layout) + l_smem.index(1).load(row_layout)
+        has_keys = l_tot != 0.0
+        inv_l = gl.convert_layout(gl.where(has_keys, 1.0 / gl.where(has_keys, l_tot, 1.0), 0.0), orow_layout)
+        orows = head0 + gl.arange(0, _ROWS, layout=orow_layout)
+        ocol = gl.arange(0, 64, layout=gl.SliceLayout(0, o_layout))
+        o_rows = gl.expand_dims(tok.to(gl.int64) * stride_o_tok + orows * stride_o_head, 1)
+        o_mask = gl.expand_dims(tok_ok & (orows >= 0), 1)
+        col0 = wg * (LATENT // 2)
+        odt: gl.constexpr = out_ptr.dtype.element_ty
+        scale_rows = gl.expand_dims(inv_l, 1)
+        gl.store(out_ptr + o_rows + gl.expand_dims(col0 + ocol, 0), (o0 * scale_rows).to(odt), mask=o_mask)
+        if VCH > 1:
+            gl.store(out_ptr + o_rows + gl.expand_dims(col0 + 64 + ocol, 0), (o1 * scale_rows).to(odt), mask=o_mask)
+        if VCH > 2:
+            gl.store(out_ptr + o_rows + gl.expand_dims(col0 + 128 + ocol, 0), (o2 * scale_rows).to(odt), mask=o_mask)
+        if VCH > 3:
+            gl.store(out_ptr + o_rows + gl.expand_dims(col0 + 192 + ocol, 0), (o3 * scale_rows).to(odt), mask=o_mask)
+        if HAS_LSE:
+            if wg == 0:
+                lse = gl.where(has_keys, (m_i + gl.log2(gl.where(has_keys, l_tot, 1.0))) * _LN2, float("-inf"))
+                gl.store(lse_ptr + tok.to(gl.int64) * stride_lse_tok + (head0 + mrows) * stride_lse_head, lse,
+                         mask=tok_ok & (mrows >= 0))
+
+    @gluon.jit(do_not_specialize=["num_tokens", "num_seqs", "max_blocks"])
+    def _mla_sm90_kernel(
+        q_latent_ptr, q_rope_ptr,  # [T, H, L], [T, H, R]
+        kv_desc,  # TMA descriptor of the cache as [NB * BS, L + R], boxes [BOX, 64]
+        block_table_ptr, seq_lens_ptr, query_start_loc_ptr,  # [B, MB], [B], [B + 1] int32
+        out_ptr, lse_ptr,  # [T, H, L]; [T, H] float32 (HAS_LSE)
+        scale,
+        num_tokens, num_seqs, num_blocks, max_blocks,
+        stride_ql_tok, stride_ql_head, stride_qr_tok, stride_qr_head, stride_bt_seq, stride_bt_block,
+        stride_sl, stride_qsl, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head,
+        LATENT: gl.constexpr, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr, STAGES: gl.constexpr,
+        CAUSAL: gl.constexpr, HAS_LSE: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    ):
+        CHUNKS: gl.constexpr = LATENT // 64 + 1
+        dtype: gl.constexpr = q_latent_ptr.dtype.element_ty
+        tok = gl.program_id(0)
+        head0 = gl.program_id(1) * _ROWS
+        # -- the token's sequence: the last b with query_start_loc[b] <= tok --
+        lo_s = tok * 0
+        hi_s = num_seqs - 1
+        while lo_s < hi_s:
+            mid = (lo_s + hi_s + 1) // 2
+            below = gl.load(query_start_loc_ptr + mid * stride_qsl) <= tok
+            lo_s = gl.where(below, mid, lo_s)
+            hi_s = gl.where(below, hi_s, mid - 1)
+        seq = lo_s
+        has_seq = seq < num_seqs
+        q_end = gl.load(query_start_loc_ptr + (seq + 1) * stride_qsl, mask=has_seq, other=0)
+        tok_ok = tok < q_end  # padding tokens past query_start_loc[-1]: no keys (0 and -inf)
+        seq_len = gl.where(tok_ok, gl.load(seq_lens_ptr + seq * stride_sl, mask=has_seq, other=0), 0)
+        pos = seq_len - (q_end - tok)  # the token's position (causal: keys <= pos)
+        kv_hi = gl.minimum(seq_len, max_blocks * BLOCK_SIZE)
+        if CAUSAL:
+            kv_hi = gl.minimum(kv_hi, pos + 1)
+        kv_hi = gl.maximum(kv_hi, 0)
+        n_tiles = (kv_hi + _TILE - 1) // _TILE
+        num_pages = gl.minimum((seq_len + BLOCK_SIZE - 1) // BLOCK_SIZE, max_blocks)
+        seq_row_ptr = block_table_ptr + seq.to(gl.int64) * stride_bt_seq
+
+        smem_layout: gl.constexpr = kv_desc.layout
+        q_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+        p_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=16, rank=2)
+        vec_layout: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0])
+        q_smem = gl.allocate_shared_memory(dtype, [CHUNKS, _ROWS, 64], q_layout)
+        kv_smem = gl.allocate_shared_memory(dtype, [STAGES * CHUNKS, _TILE, 64], smem_layout)
+        p_smem = gl.allocate_shared_memory(dtype, [2, _ROWS, 32], p_layout)
+        mx_smem = gl.allocate_shared_memory(gl.float32, [2, _ROWS], vec_layout)
+        l_smem = gl.allocate_shared_memory(gl.float32, [2, _ROWS], vec_layout)
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        q_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+        mx_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+        p_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+        p_free = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+        l_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(ready.index(i), count=1)
+            mbarrier.init(empty.index(i), count=2)
+        mbarrier.init(q_bar.index(0), count=2)
+        mbarrier.init(mx_bar.index(0), count=2)
+        mbarrier.init(p_bar.index(0), count=2)
+        mbarrier.init(p_free.index(0), count=2)
+        mbarrier.init(l_bar.index(0), count=2)
+        fence_async_shared()
+
+        gl.warp_specialize([
+            (_consumer, (0, q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, q_smem, kv_smem, p_smem, mx_smem, l_smem,
+                         ready, empty, q_bar, mx_bar, p_bar, p_free, l_bar, seq_row_ptr, stride_bt_block, num_pages,
+                         num_blocks, n_tiles, kv_hi, pos, scale, tok, head0, tok_ok, stride_ql_tok, stride_ql_head,
+                         stride_qr_tok, stride_qr_head, stride_o_tok, stride_o_head, stride_lse_tok,
+                         stride_lse_head, LATENT, BLOCK_SIZE, STAGES, CAUSAL, HAS_LSE)),
+            (_consumer, (1, q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, q_smem, kv_smem, p_smem, mx_smem, l_smem,
+                         ready, empty, q_bar, mx_bar, p_bar, p_free, l_bar, seq_row_ptr, stride_bt_block, num_pages,
+                         num_blocks, n_tiles, kv_hi, pos, scale, tok, head0, tok_ok, stride_ql_tok, stride_ql_head,
+                         stride_qr_tok, stride_qr_head, stride_o_tok, stride_o_head, stride_lse_tok,
+                         stride_lse_head, LATENT, BLOCK_SIZE, STAGES, CAUSAL, HAS_LSE)),
+            (_producer, (kv_desc, kv_smem, ready, empty, n_tiles, seq_row_ptr, stride_bt_block, num_pages, num_blocks,
+                         CHUNKS, BLOCK_SIZE, BOX, STAGES)),
+        ], [4, 1], [CONSUMER_REGS, REGS_PRODUCER])
+
+
+def descriptor(kv_cache: Tensor):
+    """The TMA descriptor of the latent cache for this kernel (host side, per call)."""
+    num_blocks, block_size, width = kv_cache.shape
+    box = min(block_size, TILE_N)
+    dtype = gl.bfloat16 if kv_cache.dtype == torch.bfloat16 else gl.float16
+    layout = gl.NVMMASharedLayout.get_default_for([box, 64], dtype)
+    rows = num_blocks * block_size
+    return TensorDescriptor(kv_cache.view(rows, width), [rows, width], [width, 1], [box, 64], layout)
+
+
+def launch(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: Tensor, seq_lens: Tensor,
+           query_start_loc: Tensor, out: Tensor, lse: Tensor | None, scale: float, causal: bool) -> None:
+    """One launch: grid (tokens, head groups of 64)."""
+    num_tokens, num_heads, latent = q_latent.shape
+    num_blocks, block_size, _ = kv_cache.shape
+    num_seqs, max_blocks = block_table.shape
+    lse_strides = lse.stride() if lse is not None else (0, 0)
+    _mla_sm90_kernel[(num_tokens, num_heads // HEADS)](
+        q_latent, q_rope, descriptor(kv_cache), block_table, seq_lens, query_start_loc, out,
+        lse if lse is not None else out, float(scale), num_tokens, num_seqs, num_blocks, max_blocks,
+        q_latent.stride(0), q_latent.stride(1), q_rope.stride(0), q_rope.stride(1), block_table.stride(0),
+        block_table.stride(1), seq_lens.stride(0), query_start_loc.stride(0), out.stride(0), out.stride(1),
+        lse_strides[0], lse_strides[1],
+        LATENT=latent, BLOCK_SIZE=block_size, BOX=min(block_size, TILE_N), STAGES=STAGES, CAUSAL=bool(causal),
+        HAS_LSE=lse is not None, CONSUMER_REGS=REGS_CONSUMER, num_warps=NUM_WARPS,
+    )
+
+
+@torch.library.custom_op("paged_attn::_mla_sm90", mutates_args=("out", "lse"))
+def _mla_sm90(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: Tensor, seq_lens: Tensor,
+              query_start_loc: Tensor, out: Tensor, lse: Tensor | None, scale: float, causal: bool) -> None:
+    """This kernel into ``out`` and, when given, ``lse``: an opaque op, so that Inductor, tracing
+    the public op's body, sees one extern call (a Gluon kernel with a TMA descriptor is not one
+    ``wrap_triton`` launches)."""
+    if q_latent.shape[0] == 0:
+        return
+    launch(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, scale, causal)
+
+
+@_mla_sm90.register_fake
+def _(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, scale, causal):
+    return None
+
+
+def prepare(*, scale: float, causal: bool):
+    """The runner of this kernel (``mla.prepare_mla_decode`` documents the runner)."""
+    from .. import plain_eager
+
+    scale, causal = float(scale), bool(causal)
+
+    def run(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, options):
+        if plain_eager(q_latent):  # the op's body directly: nothing traces
+            launch(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, scale, causal)
+        else:
+            torch.ops.paged_attn._mla_sm90(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc,
+                                           out, lse, scale, causal)
+
+    return run
