@@ -15,7 +15,9 @@ accumulates output columns ``[256 w, 256 w + 256)`` of all 64 keys (``O_w += P c
 The two exchange through shared memory, per tile: their row maxima (so both use one running max),
 then their halves of P (bf16, 4 KiB each); each keeps its own partial row sum, added at the end.
 So each warpgroup issues 9 score wgmmas of N = 32 and 8 value wgmmas of K = 32, N = 64 a tile,
-and neither the latent tile nor any product is computed twice. A producer warp issues the TMA
+and neither the latent tile nor any product is computed twice. Per warpgroup the scores of tile
+j + 1 are issued before the values of tile j (FlashAttention-3's order), so its softmax and the
+max exchange run while the tensor cores finish tile j's values. A producer warp issues the TMA
 copies (one box of ``min(BS, 64)`` rows x 64 columns a copy; a block id outside ``[0, NB)`` or a
 page past the sequence reads zeros from past the cache's last row), ``STAGES`` tiles ahead.
 
@@ -50,7 +52,9 @@ TILE_N = 64  # keys a tile (32 each warpgroup's scores)
 HEADS = 64  # rows a program
 STAGES = 2  # latent tiles in flight (72 KiB each at 576 columns); not yet timed
 NUM_WARPS = 4  # the first consumer warpgroup; the second and the producer warp are added
-REGS_CONSUMER = 224  # the second consumer warpgroup; 232 leaves the first 248 and 14 spill instructions (sm_90 SASS)
+# The second consumer warpgroup's registers. sm_90 SASS (Triton 3.6): 55 spill instructions
+# (scalars, 64-byte stack) at 208-224, 58 at 232, 70 at 240; not yet timed.
+REGS_CONSUMER = 224
 REGS_PRODUCER = 24
 
 
@@ -120,9 +124,89 @@ if gluon is not None:
                                                     kv_smem.index(stage * CHUNKS + c).slice(i * BOX, BOX))
 
     @gluon.jit
+    def _scores(q_smem, kv_smem, stage, wg: gl.constexpr, s_layout: gl.constexpr, CHUNKS: gl.constexpr):
+        """Issue ``S_w`` [64, 32] of the tile in ``stage``: warpgroup ``wg``'s 32 keys over all
+        ``64 CHUNKS`` columns (asynchronous; the caller waits)."""
+        s = gl.zeros([_ROWS, 32], gl.float32, s_layout)
+        for c in gl.static_range(CHUNKS):
+            s = warpgroup_mma(q_smem.index(c), kv_smem.index(stage * CHUNKS + c).slice(wg * 32, 32).permute((1, 0)),
+                              s, use_acc=c > 0, is_async=True)
+        return s
+
+    @gluon.jit
+    def _softmax(s, t, m_i, l_i, wg: gl.constexpr, mx_smem, mx_bar, seq_row_ptr, stride_bt_block, num_pages,
+                 num_blocks, kv_hi, pos, qk_scale, s_layout: gl.constexpr, BLOCK_SIZE: gl.constexpr,
+                 CAUSAL: gl.constexpr):
+        """Tile ``t``'s scores ``s`` (this warpgroup's keys) masked, the tile's row maxima exchanged
+        so both warpgroups share one running max; returns ``(p, m_new, l_new, alpha)``, ``l`` this
+        warpgroup's partial row sum."""
+        keys = t * _TILE + wg * 32 + gl.arange(0, 32, layout=gl.SliceLayout(0, s_layout))
+        page = keys // BLOCK_SIZE
+        blk = gl.load(seq_row_ptr + page * stride_bt_block, mask=page < num_pages, other=-1)
+        key_ok = (blk >= 0) & (blk < num_blocks) & (keys < kv_hi)
+        if CAUSAL:
+            key_ok = key_ok & (keys <= pos)
+        s = gl.where(gl.expand_dims(key_ok, 0), s, float("-inf"))
+        m_w = gl.max(s, 1) * qk_scale
+        mx_smem.index(wg).store(m_w)
+        mbarrier.arrive(mx_bar.index(0))
+        mbarrier.wait(mx_bar.index(0), t & 1)
+        m_other = mx_smem.index(1 - wg).load(gl.SliceLayout(1, s_layout))
+        m_new = gl.maximum(m_i, gl.maximum(m_w, m_other))
+        m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)  # no visible key yet: p = 0, not NaN
+        alpha = gl.exp2(m_i - m_ref)
+        p = gl.exp2(s * qk_scale - gl.expand_dims(m_ref, 1))
+        l_new = l_i * alpha + gl.sum(p, 1)
+        return p, m_new, l_new, alpha
+
+    @gluon.jit
+    def _publish(p, t, wg: gl.constexpr, p_smem, p_free, p_bar, kv_smem, kv_hi, n_tiles, CHUNKS: gl.constexpr,
+                 STAGES: gl.constexpr):
+        """This warpgroup's half of tile ``t``'s P into shared memory once both finished the last
+        P @ V; on the last tile, its half of the value rows past ``kv_hi`` zeroed (the cache may
+        hold NaN there; 0 * NaN is NaN); then both wait for both."""
+        mbarrier.wait(p_free.index(0), (t & 1) ^ 1)
+        p_smem.index(wg).store(p.to(p_smem.dtype))
+        tail = kv_hi - t * _TILE
+        if (t == n_tiles - 1) & (tail < _TILE):
+            zl: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+            zrows = wg * 32 + gl.arange(0, 32, layout=gl.SliceLayout(1, zl))
+            stage = t % STAGES
+            for c in gl.static_range(CHUNKS - 1):
+                buf = kv_smem.index(stage * CHUNKS + c).slice(wg * 32, 32)
+                v = buf.load(zl)
+                buf.store(gl.where(gl.expand_dims(zrows < tail, 1), v, gl.zeros_like(v)))
+        fence_async_shared()
+        mbarrier.arrive(p_bar.index(0))
+        mbarrier.wait(p_bar.index(0), t & 1)
+
+    @gluon.jit
+    def _values(o0, o1, o2, o3, alpha, p_smem, kv_smem, stage, wg: gl.constexpr, orow_layout: gl.constexpr,
+                CHUNKS: gl.constexpr, VCH: gl.constexpr):
+        """Rescale this warpgroup's output columns by ``alpha`` and issue ``O_w += P c[:, cols_w]``
+        of the tile in ``stage``: P [64, 64] from shared memory in two K = 32 halves (one from each
+        warpgroup), ``2 VCH`` asynchronous wgmma groups."""
+        a = gl.expand_dims(gl.convert_layout(alpha, orow_layout), 1)
+        o0 = o0 * a
+        o1 = o1 * a
+        o2 = o2 * a
+        o3 = o3 * a
+        base = stage * CHUNKS + wg * VCH
+        for half in gl.static_range(2):
+            ph = p_smem.index(half)
+            o0 = warpgroup_mma(ph, kv_smem.index(base).slice(half * 32, 32), o0, is_async=True)
+            if VCH > 1:
+                o1 = warpgroup_mma(ph, kv_smem.index(base + 1).slice(half * 32, 32), o1, is_async=True)
+            if VCH > 2:
+                o2 = warpgroup_mma(ph, kv_smem.index(base + 2).slice(half * 32, 32), o2, is_async=True)
+            if VCH > 3:
+                o3 = warpgroup_mma(ph, kv_smem.index(base + 3).slice(half * 32, 32), o3, is_async=True)
+        return o0, o1, o2, o3
+
+    @gluon.jit
     def _consumer(wg: gl.constexpr, q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, q_smem, kv_smem, p_smem, mx_smem,
                   l_smem, ready, empty, q_bar, mx_bar, p_bar, p_free, l_bar, seq_row_ptr, stride_bt_block, num_pages,
-                  num_blocks, n_tiles, kv_hi, pos, scale, tok, head0, tok_ok,
+                  num_blocks, n_tiles, kv_hi, pos, scale, tok, head0,
                   stride_ql_tok, stride_ql_head, stride_qr_tok, stride_qr_head, stride_o_tok, stride_o_head,
                   stride_lse_tok, stride_lse_head,
                   LATENT: gl.constexpr, BLOCK_SIZE: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
@@ -164,74 +248,37 @@ if gluon is not None:
         o1 = gl.zeros([_ROWS, 64], gl.float32, o_layout)
         o2 = gl.zeros([_ROWS, 64], gl.float32, o_layout)
         o3 = gl.zeros([_ROWS, 64], gl.float32, o_layout)
-        offs_k = wg * 32 + gl.arange(0, 32, layout=gl.SliceLayout(0, s_layout))
-        mrows = gl.arange(0, _ROWS, layout=row_layout)
-        for j in range(n_tiles):
-            stage = j % STAGES
-            phase = j & 1
-            mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
-            # -- S_w [64, 32]: this warpgroup's keys over all columns --
-            s = gl.zeros([_ROWS, 32], gl.float32, s_layout)
-            for c in gl.static_range(CHUNKS):
-                s = warpgroup_mma(q_smem.index(c), kv_smem.index(stage * CHUNKS + c).slice(wg * 32, 32).permute((1, 0)),
-                                  s, use_acc=c > 0, is_async=True)
+        if n_tiles > 0:
+            # tile 0: its scores alone, its P published
+            mbarrier.wait(ready.index(0), 0)
+            s = _scores(q_smem, kv_smem, 0, wg, s_layout, CHUNKS)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-            # -- masks: keys past kv_hi, bad block ids, causal positions --
-            keys = j * _TILE + offs_k
-            page = keys // BLOCK_SIZE
-            blk = gl.load(seq_row_ptr + page * stride_bt_block, mask=page < num_pages, other=-1)
-            key_ok = (blk >= 0) & (blk < num_blocks) & (keys < kv_hi)
-            if CAUSAL:
-                key_ok = key_ok & (keys <= pos)
-            s = gl.where(gl.expand_dims(key_ok, 0), s, float("-inf"))
-            # -- one running max for both warpgroups: exchange the tile's row maxima --
-            m_w = gl.max(s, 1) * qk_scale
-            mx_smem.index(wg).store(m_w)
-            mbarrier.arrive(mx_bar.index(0))
-            mbarrier.wait(mx_bar.index(0), phase)
-            m_other = mx_smem.index(1 - wg).load(row_layout)
-            m_new = gl.maximum(m_i, gl.maximum(m_w, m_other))
-            m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = gl.exp2(m_i - m_ref)
-            p = gl.exp2(s * qk_scale - gl.expand_dims(m_ref, 1))
-            l_i = l_i * alpha + gl.sum(p, 1)
-            m_i = m_new
-            # -- P halves into shared memory once both finished reading the last ones --
-            mbarrier.wait(p_free.index(0), phase ^ 1)
-            p_smem.index(wg).store(p.to(dtype))
-            tail = kv_hi - j * _TILE
-            if tail < _TILE:  # the last tile: value rows past the keys zeroed (the cache may hold NaN)
-                zl: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-                zrows = wg * 32 + gl.arange(0, 32, layout=gl.SliceLayout(1, zl))
-                for c in gl.static_range(CHUNKS - 1):
-                    buf = kv_smem.index(stage * CHUNKS + c).slice(wg * 32, 32)
-                    v = buf.load(zl)
-                    buf.store(gl.where(gl.expand_dims(zrows < tail, 1), v, gl.zeros_like(v)))
-            fence_async_shared()
-            mbarrier.arrive(p_bar.index(0))
-            mbarrier.wait(p_bar.index(0), phase)
-            # -- O_w += P [64, 64] @ c[:, cols_w]: two K = 32 halves of P from shared memory --
-            a = gl.expand_dims(gl.convert_layout(alpha, orow_layout), 1)
-            o0 = o0 * a
-            o1 = o1 * a
-            o2 = o2 * a
-            o3 = o3 * a
-            for half in gl.static_range(2):
-                ph = p_smem.index(half)
-                o0 = warpgroup_mma(ph, kv_smem.index(stage * CHUNKS + wg * VCH + 0).slice(half * 32, 32), o0,
-                                   is_async=True)
-                if VCH > 1:
-                    o1 = warpgroup_mma(ph, kv_smem.index(stage * CHUNKS + wg * VCH + 1).slice(half * 32, 32), o1,
-                                       is_async=True)
-                if VCH > 2:
-                    o2 = warpgroup_mma(ph, kv_smem.index(stage * CHUNKS + wg * VCH + 2).slice(half * 32, 32), o2,
-                                       is_async=True)
-                if VCH > 3:
-                    o3 = warpgroup_mma(ph, kv_smem.index(stage * CHUNKS + wg * VCH + 3).slice(half * 32, 32), o3,
-                                       is_async=True)
+            p, m_i, l_i, alpha = _softmax(s, 0, m_i, l_i, wg, mx_smem, mx_bar, seq_row_ptr, stride_bt_block,
+                                          num_pages, num_blocks, kv_hi, pos, qk_scale, s_layout, BLOCK_SIZE, CAUSAL)
+            _publish(p, 0, wg, p_smem, p_free, p_bar, kv_smem, kv_hi, n_tiles, CHUNKS, STAGES)
+            # tile j's P @ V in flight beside tile j + 1's scores and softmax (FlashAttention-3's order:
+            # the scores issued first, so waiting for them leaves the value products running)
+            for j in range(0, n_tiles - 1):
+                nxt = (j + 1) % STAGES
+                mbarrier.wait(ready.index(nxt), ((j + 1) // STAGES) & 1)
+                s = _scores(q_smem, kv_smem, nxt, wg, s_layout, CHUNKS)
+                o0, o1, o2, o3 = _values(o0, o1, o2, o3, alpha, p_smem, kv_smem, j % STAGES, wg, orow_layout,
+                                         CHUNKS, VCH)
+                s = warpgroup_mma_wait(num_outstanding=2 * VCH, deps=(s, ))
+                p, m_i, l_i, alpha_next = _softmax(s, j + 1, m_i, l_i, wg, mx_smem, mx_bar, seq_row_ptr,
+                                                   stride_bt_block, num_pages, num_blocks, kv_hi, pos, qk_scale,
+                                                   s_layout, BLOCK_SIZE, CAUSAL)
+                o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
+                mbarrier.arrive(p_free.index(0))
+                mbarrier.arrive(empty.index(j % STAGES))
+                _publish(p, j + 1, wg, p_smem, p_free, p_bar, kv_smem, kv_hi, n_tiles, CHUNKS, STAGES)
+                alpha = alpha_next
+            last = n_tiles - 1
+            o0, o1, o2, o3 = _values(o0, o1, o2, o3, alpha, p_smem, kv_smem, last % STAGES, wg, orow_layout,
+                                     CHUNKS, VCH)
             o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
             mbarrier.arrive(p_free.index(0))
-            mbarrier.arrive(empty.index(stage))
+            mbarrier.arrive(empty.index(last % STAGES))
 
         # -- epilogue: l = l_0 + l_1 (both add in that order), out = O / l, lse = (m + log2 l) ln 2 --
         l_smem.index(wg).store(l_i)
@@ -243,7 +290,7 @@ if gluon is not None:
         orows = head0 + gl.arange(0, _ROWS, layout=orow_layout)
         ocol = gl.arange(0, 64, layout=gl.SliceLayout(0, o_layout))
         o_rows = gl.expand_dims(tok.to(gl.int64) * stride_o_tok + orows * stride_o_head, 1)
-        o_mask = gl.expand_dims(tok_ok & (orows >= 0), 1)
+        o_mask = gl.expand_dims(orows >= 0, 1)  # every row, padding tokens' too (0 and -inf: no tiles)
         col0 = wg * (LATENT // 2)
         odt: gl.constexpr = out_ptr.dtype.element_ty
         scale_rows = gl.expand_dims(inv_l, 1)
@@ -257,8 +304,8 @@ if gluon is not None:
         if HAS_LSE:
             if wg == 0:
                 lse = gl.where(has_keys, (m_i + gl.log2(gl.where(has_keys, l_tot, 1.0))) * _LN2, float("-inf"))
-                gl.store(lse_ptr + tok.to(gl.int64) * stride_lse_tok + (head0 + mrows) * stride_lse_head, lse,
-                         mask=tok_ok & (mrows >= 0))
+                mrows = head0 + gl.arange(0, _ROWS, layout=row_layout)
+                gl.store(lse_ptr + tok.to(gl.int64) * stride_lse_tok + mrows * stride_lse_head, lse)
 
     @gluon.jit(do_not_specialize=["num_tokens", "num_seqs", "max_blocks"])
     def _mla_sm90_kernel(
@@ -328,12 +375,12 @@ if gluon is not None:
         gl.warp_specialize([
             (_consumer, (0, q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, q_smem, kv_smem, p_smem, mx_smem, l_smem,
                          ready, empty, q_bar, mx_bar, p_bar, p_free, l_bar, seq_row_ptr, stride_bt_block, num_pages,
-                         num_blocks, n_tiles, kv_hi, pos, scale, tok, head0, tok_ok, stride_ql_tok, stride_ql_head,
+                         num_blocks, n_tiles, kv_hi, pos, scale, tok, head0, stride_ql_tok, stride_ql_head,
                          stride_qr_tok, stride_qr_head, stride_o_tok, stride_o_head, stride_lse_tok,
                          stride_lse_head, LATENT, BLOCK_SIZE, STAGES, CAUSAL, HAS_LSE)),
             (_consumer, (1, q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, q_smem, kv_smem, p_smem, mx_smem, l_smem,
                          ready, empty, q_bar, mx_bar, p_bar, p_free, l_bar, seq_row_ptr, stride_bt_block, num_pages,
-                         num_blocks, n_tiles, kv_hi, pos, scale, tok, head0, tok_ok, stride_ql_tok, stride_ql_head,
+                         num_blocks, n_tiles, kv_hi, pos, scale, tok, head0, stride_ql_tok, stride_ql_head,
                          stride_qr_tok, stride_qr_head, stride_o_tok, stride_o_head, stride_lse_tok,
                          stride_lse_head, LATENT, BLOCK_SIZE, STAGES, CAUSAL, HAS_LSE)),
             (_producer, (kv_desc, kv_smem, ready, empty, n_tiles, seq_row_ptr, stride_bt_block, num_pages, num_blocks,
