@@ -220,6 +220,41 @@ def test_prefill_kernel_cuda(case: Case, tile: tuple, sm90_everywhere, monkeypat
     check_against_loop(case, tile, table, sm90_everywhere, device="cuda")
 
 
+def check_graph_replay_and_compile(launched: list, message: str) -> None:
+    """``check_graph_replay`` on prefill-like lengths (``launched``, the kernel's spy, non-empty
+    after the first call), then the public op under torch.compile(fullgraph=True) against its
+    eager bits."""
+
+    def ran() -> None:
+        assert launched, message
+
+    static, options = check_graph_replay(
+        400, ([100, 37, 200, 1], [900, 37, 260, 1200]),
+        (([3, 300, 0, 90], [30, 1270, 0, 95]), ([1, 1, 1, 1], [1, 2, 3, 1100])), after_warmup=ran)
+
+    public = {k: v for k, v in options.items() if k not in ("k_scale", "v_scale")}
+
+    def functional(q, kc, vc, bt, sl, qsl):
+        return torch_paged_attn.paged_attention(q, kc, vc, bt, sl, qsl, return_lse=True, **public)
+
+    eager = functional(*static.args())
+    compiled = torch.compile(functional, fullgraph=True)(*static.args())
+    assert torch.equal(eager[0], compiled[0]) and torch.equal(eager[1], compiled[1])
+
+
+def check_fuzz_draw(case: Case, seed: int, ran=None) -> None:
+    """One fuzz configuration on the GPU against the reference; ``ran()`` (optional) asserts which
+    kernel took it. A failure names the seed and the case."""
+    batch, options = make_inputs(case, "cuda", seed)
+    out, lse = run_triton(batch, options, with_lse=case.with_lse, max_query_len=max(case.q_lens) if case.hint else -1)
+    try:
+        if ran is not None:
+            ran()
+        check_against_reference(batch, options, out, lse, case.dtype)
+    except AssertionError as e:
+        raise AssertionError(f"fuzz seed {seed}: {case.id}: {e}") from e
+
+
 @gpu_tier
 @pytest.mark.fuzz
 @pytest.mark.parametrize("family", range(20))
@@ -230,14 +265,7 @@ def test_prefill_kernel_fuzz_cuda(family: int, sm90_everywhere) -> None:
     f["dtype"] = BF16 if f["dtype"] == FP32 else f["dtype"]
     for draw in range(50):
         seed = 100000 + family * 50 + draw
-        case = _fuzz_case(f, random.Random(seed))
-        batch, options = make_inputs(case, "cuda", seed)
-        out, lse = run_triton(batch, options, with_lse=case.with_lse,
-                              max_query_len=max(case.q_lens) if case.hint else -1)
-        try:
-            check_against_reference(batch, options, out, lse, case.dtype)
-        except AssertionError as e:
-            raise AssertionError(f"fuzz seed {seed}: {case.id}: {e}") from e
+        check_fuzz_draw(_fuzz_case(f, random.Random(seed)), seed)
 
 
 @gpu_tier
@@ -245,21 +273,7 @@ def test_prefill_kernel_cuda_graph_and_compile(sm90_everywhere) -> None:
     """Captured once (no host sync), replayed on new lengths of the same shapes; the public op
     under torch.compile(fullgraph=True) gives the eager bits."""
 
-    def launched() -> None:
-        assert sm90_everywhere, "the prefill kernel did not run"
-
-    static, options = check_graph_replay(
-        400, ([100, 37, 200, 1], [900, 37, 260, 1200]),
-        (([3, 300, 0, 90], [30, 1270, 0, 95]), ([1, 1, 1, 1], [1, 2, 3, 1100])), after_warmup=launched)
-
-    public = {k: v for k, v in options.items() if k not in ("k_scale", "v_scale")}
-
-    def functional(q, kc, vc, bt, sl, qsl):
-        return torch_paged_attn.paged_attention(q, kc, vc, bt, sl, qsl, return_lse=True, **public)
-
-    eager = functional(*static.args())
-    compiled = torch.compile(functional, fullgraph=True)(*static.args())
-    assert torch.equal(eager[0], compiled[0]) and torch.equal(eager[1], compiled[1])
+    check_graph_replay_and_compile(sm90_everywhere, "the prefill kernel did not run")
 
 
 # -- GPU tier: the Gluon kernel (prefill_sm90) on every call it takes ------------------------------
@@ -329,15 +343,11 @@ def test_gluon_prefill_kernel_fuzz_cuda(family: int, gluon_prefill) -> None:
             n = r.randint(100, 600)
             case = replace(case, q_lens=case.q_lens + (n,), kv_lens=case.kv_lens + (n + r.choice((0, 1, 300)),))
         gluon_prefill.clear()
-        batch, options = make_inputs(case, "cuda", seed)
-        out, lse = run_triton(batch, options, with_lse=case.with_lse,
-                              max_query_len=max(case.q_lens) if case.hint else -1)
-        try:
-            if draw % 5 == 0:  # the long prompt makes the call prefill-like, 128 rows a program
-                assert gluon_prefill, "the Gluon prefill kernel did not run"
-            check_against_reference(batch, options, out, lse, case.dtype)
-        except AssertionError as e:
-            raise AssertionError(f"fuzz seed {seed}: {case.id}: {e}") from e
+
+        def ran() -> None:  # the long prompt makes the call prefill-like, 128 rows a program
+            assert gluon_prefill, "the Gluon prefill kernel did not run"
+
+        check_fuzz_draw(case, seed, ran if draw % 5 == 0 else None)
 
 
 @gpu_tier
@@ -373,21 +383,7 @@ def test_gluon_prefill_kernel_cuda_graph_and_compile(gluon_prefill) -> None:
     """Captured once (no host sync), replayed on new lengths; the public op under
     torch.compile(fullgraph=True) gives the eager bits."""
 
-    def launched() -> None:
-        assert gluon_prefill, "the Gluon prefill kernel did not run"
-
-    static, options = check_graph_replay(
-        400, ([100, 37, 200, 1], [900, 37, 260, 1200]),
-        (([3, 300, 0, 90], [30, 1270, 0, 95]), ([1, 1, 1, 1], [1, 2, 3, 1100])), after_warmup=launched)
-
-    public = {k: v for k, v in options.items() if k not in ("k_scale", "v_scale")}
-
-    def functional(q, kc, vc, bt, sl, qsl):
-        return torch_paged_attn.paged_attention(q, kc, vc, bt, sl, qsl, return_lse=True, **public)
-
-    eager = functional(*static.args())
-    compiled = torch.compile(functional, fullgraph=True)(*static.args())
-    assert torch.equal(eager[0], compiled[0]) and torch.equal(eager[1], compiled[1])
+    check_graph_replay_and_compile(gluon_prefill, "the Gluon prefill kernel did not run")
 
 
 # -- D40/Dv24: ptxas (Triton 3.6, sm_90) built the P @ V descriptors from unwritten registers ------

@@ -1,5 +1,6 @@
 # GPU calls of 2026-11-24 (second part): the Gluon sm_90 prefill kernel.
-#   bash run.sh OUT PART      PART: gluon (its tests, then both prefill kernels timed) | tests | fuzz | bench
+#   bash run.sh OUT PART      PART: gluon (its tests, then both prefill kernels timed) | tests | fuzz | bench |
+#                                   sweep (gluon_sweep.py)
 out=${1:?out dir}; part=${2:?part}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-$PWD}
@@ -19,8 +20,6 @@ fuzz)
 bench)
     timeout 560 python3 benchmarks/paged_attention.py --shapes prefill --out "$out" 2>"$out/bench-progress.log" \
         | tee "$out/paged_attention-prefill.txt" | grep -E "prefill" | head -40 ;;
-esac
-case "$part" in
 sweep)
     timeout 200 python3 benchmarks/results/gpu-2026-11-24b/gluon_sweep.py > "$out/gluon-sweep.txt" 2>"$out/gluon-sweep.err"
     echo "sweep exit $?"; cat "$out/gluon-sweep.txt"; tail -3 "$out/gluon-sweep.err" ;;

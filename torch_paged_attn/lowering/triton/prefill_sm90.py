@@ -52,6 +52,9 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from . import paged_attention as pa
+from ._softmax import LN2, LOG2E
+
 try:  # Gluon ships with Triton >= 3.5; without it this kernel declines every call
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
@@ -62,8 +65,6 @@ try:  # Gluon ships with Triton >= 3.5; without it this kernel declines every ca
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gluon = None
 
-LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
 TILE_N = 64  # keys a tile; also the column width of one shared-memory half (128 bytes of bf16)
 BLOCK_M = 128  # rows a program: two consumer warpgroups of 64
 NUM_WARPS = 4  # the kernel's own warps: the first consumer warpgroup; the second and the producer warp are added
@@ -118,16 +119,21 @@ def declines(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_m: int
 if gluon is not None:
     _TILE = gl.constexpr(TILE_N)
     REGS_PRODUCER = gl.constexpr(REGS_PRODUCER)
-    _LOG2E = gl.constexpr(LOG2E)
-    _LN2 = gl.constexpr(LN2)
 
     @gluon.jit
-    def _copy_page(desc, bar, smem, stage, row, col, tile_row, BOX: gl.constexpr, DH: gl.constexpr):
-        """TMA copies of one page's ``BOX`` rows into rows ``tile_row ..`` of ``stage`` (both
-        64-column halves at D 128)."""
-        for h in gl.static_range(DH):
-            tma.async_copy_global_to_shared(desc, [row, col + h * 64], bar,
-                                            smem.index(stage * DH + h).slice(tile_row, BOX))
+    def _load_tile(desc, ready, empty, smem, stage, phase, start, col, seq_row_ptr, stride_bt_block, num_pages,
+                   num_blocks, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr, DH: gl.constexpr):
+        """Once ``empty`` (the stage's release by both consumers) reaches ``phase``: TMA copies of the
+        keys ``[start, start + TILE_N)`` of one cache (K or V) into ``stage``, one box of ``BOX``
+        rows a page and 64-column half, signalled on ``ready`` (expected bytes)."""
+        PAGES: gl.constexpr = _TILE // BOX
+        mbarrier.wait(empty.index(stage), phase)
+        mbarrier.expect(ready.index(stage), BOX * 64 * 2 * PAGES * DH)
+        for i in gl.static_range(PAGES):
+            row = _page_row(start + i * BOX, seq_row_ptr, stride_bt_block, num_pages, num_blocks, BLOCK_SIZE)
+            for h in gl.static_range(DH):
+                tma.async_copy_global_to_shared(desc, [row, col + h * 64], ready.index(stage),
+                                                smem.index(stage * DH + h).slice(i * BOX, BOX))
 
     @gluon.jit
     def _page_row(key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks, BLOCK_SIZE: gl.constexpr):
@@ -200,8 +206,6 @@ if gluon is not None:
         refilled once both consumer warpgroups released it. A page past the sequence's or with an
         id outside ``[0, num_blocks)`` is copied from past the cache's last row: zeros."""
         DH: gl.constexpr = HEAD_SIZE // 64
-        PAGES: gl.constexpr = _TILE // BOX
-        nbytes: gl.constexpr = BOX * 64 * 2 * PAGES * DH
         it = gl.program_id(0) * 0  # tiles loaded so far: the stage and barrier phase of the next
         for r in range(0, (num_work + gl.num_programs(0) - 1) // gl.num_programs(0)):
             (valid, kv_head, head_group, q_start, q_len, q_block_start, context, seq_len, kv_hi, n_tiles, n_full,
@@ -213,18 +217,10 @@ if gluon is not None:
                 g = it + j
                 stage = g % STAGES
                 phase = ((g // STAGES) & 1) ^ 1  # a fresh barrier's "previous" phase is complete
-                mbarrier.wait(k_empty.index(stage), phase)
-                mbarrier.expect(k_ready.index(stage), nbytes)
-                for i in gl.static_range(PAGES):
-                    row = _page_row(j * _TILE + i * BOX, seq_row_ptr, stride_bt_block, num_pages, num_blocks,
-                                    BLOCK_SIZE)
-                    _copy_page(k_desc, k_ready.index(stage), k_smem, stage, row, col, i * BOX, BOX, DH)
-                mbarrier.wait(v_empty.index(stage), phase)
-                mbarrier.expect(v_ready.index(stage), nbytes)
-                for i in gl.static_range(PAGES):
-                    row = _page_row(j * _TILE + i * BOX, seq_row_ptr, stride_bt_block, num_pages, num_blocks,
-                                    BLOCK_SIZE)
-                    _copy_page(v_desc, v_ready.index(stage), v_smem, stage, row, col, i * BOX, BOX, DH)
+                _load_tile(k_desc, k_ready, k_empty, k_smem, stage, phase, j * _TILE, col, seq_row_ptr,
+                           stride_bt_block, num_pages, num_blocks, BLOCK_SIZE, BOX, DH)
+                _load_tile(v_desc, v_ready, v_empty, v_smem, stage, phase, j * _TILE, col, seq_row_ptr,
+                           stride_bt_block, num_pages, num_blocks, BLOCK_SIZE, BOX, DH)
             it += n_tiles
 
     @gluon.jit
@@ -311,7 +307,7 @@ if gluon is not None:
         io_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
         ids_layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
         dtype: gl.constexpr = query_ptr.dtype.element_ty
-        qk_scale = scale * _LOG2E
+        qk_scale = scale * LOG2E
         offs_m = wg * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, io_layout))
         offs_c = gl.arange(0, 64, layout=gl.SliceLayout(0, io_layout))
         srow = wg * 64 + gl.arange(0, 64, layout=row_layout)
@@ -416,7 +412,7 @@ if gluon is not None:
                 gl.store(out_ptr + o_rows + gl.expand_dims(ocol + 64, 0),
                          (o1 * gl.expand_dims(inv_l, 1)).to(out_ptr.dtype.element_ty), mask=o_mask)
             if HAS_LSE:
-                lse = gl.where(has_keys, (m_i + gl.log2(gl.where(has_keys, l_i, 1.0))) * _LN2, float("-inf"))
+                lse = gl.where(has_keys, (m_i + gl.log2(gl.where(has_keys, l_i, 1.0))) * LN2, float("-inf"))
                 gl.store(lse_ptr + o_tok.to(gl.int64) * stride_lse_tok + o_head * stride_lse_head, lse, mask=o_ok)
 
     @gluon.jit(do_not_specialize=["num_tokens", "num_seqs", "max_blocks", "num_q_blocks", "num_work"])
@@ -455,6 +451,8 @@ if gluon is not None:
         mbarrier.init(tail_bar.index(0), count=2)
         fence_async_shared()
 
+        # the two consumers' arguments written out: a tuple built as ``(0, ) + args`` reaches the
+        # partition with its warpgroup index as a tensor, which Gluon's constexpr slicing refuses
         gl.warp_specialize([
             (_consumer, (0, query_ptr, out_ptr, lse_ptr, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
                          tail_bar, query_start_loc_ptr, seq_lens_ptr, block_table_ptr, scale, stride_q_tok,
@@ -493,12 +491,6 @@ def descriptors(key_cache: Tensor, value_cache: Tensor) -> tuple:
                  for c in (key_cache, value_cache))
 
 
-def _num_sms(device: torch.device) -> int:
-    from . import paged_attention as pa
-
-    return pa._num_sms(device)
-
-
 def _launch(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_table: Tensor, seq_lens: Tensor,
             query_start_loc: Tensor, out: Tensor, lse: Tensor | None, scale: float, causal: bool,
             rows: tuple[int, int, int, int]) -> None:
@@ -512,7 +504,7 @@ def _launch(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_table: 
     lse_strides = lse.stride() if lse is not None else (0, 0)
     kv_groups = num_kv_heads * num_head_groups
     num_work = kv_groups * num_q_blocks
-    grid = (min(num_work, _num_sms(query.device)),)
+    grid = (min(num_work, pa._num_sms(query.device)),)
     _prefill_sm90_kernel[grid](
         query, k_desc, v_desc, block_table, seq_lens, query_start_loc, out, lse if lse is not None else out,
         float(scale), num_tokens, num_seqs, num_blocks, max_blocks, num_q_blocks, kv_groups, num_work,
