@@ -1,12 +1,13 @@
 """MLA decode on Hopper (sm_90) in Gluon for 64-head groups: the latent tile loaded once by TMA,
-both wgmma products split between two warpgroups without doing either twice.
+both wgmma products split between two warpgroups without doing either twice, split-KV for
+small batches.
 
 Computes what ``mla._mla_kernel`` computes (absorbed MLA decode: every head attends to the rows
 ``[c | k_pe]`` of a paged latent cache, the latent ``c`` is the value too) for the calls it takes
 (``declines`` says which): bf16/fp16 queries and cache, latent 512 and rope 64 (any latent that
 is a multiple of 128 and rope 64), 64 heads a program (``H`` a multiple of 64), block sizes that
-are powers of two >= 8, a contiguous cache, no fp8, and enough (query token, head group) items to
-fill the GPU without splitting the keys (the Triton kernel splits them for small batches).
+are powers of two >= 8, a contiguous cache, no fp8; ``mla.prepare_mla_decode`` also keeps it off
+batch-invariant mode and tables under ``mla._GLUON_MIN_KEYS`` keys, and plans its splits.
 
 The split of the work follows FlashMLA's reasoning (the [64, 512] float32 accumulator does not
 fit one warpgroup beside the scores): of each 64-key tile, warpgroup w computes the scores of keys
@@ -15,26 +16,46 @@ accumulates output columns ``[256 w, 256 w + 256)`` of all 64 keys (``O_w += P c
 The two exchange through shared memory, per tile: their row maxima (so both use one running max),
 then their halves of P (bf16, 4 KiB each); each keeps its own partial row sum, added at the end.
 So each warpgroup issues 9 score wgmmas of N = 32 and 8 value wgmmas of K = 32, N = 64 a tile,
-and neither the latent tile nor any product is computed twice. Per warpgroup the scores of tile
-j + 1 are issued before the values of tile j (FlashAttention-3's order), so its softmax and the
-max exchange run while the tensor cores finish tile j's values. A producer warp issues the TMA
+and neither the latent tile nor any product is computed twice. A producer warp issues the TMA
 copies (one box of ``min(BS, 64)`` rows x 64 columns a copy; a block id outside ``[0, NB)`` or a
 page past the sequence reads zeros from past the cache's last row), ``STAGES`` tiles ahead.
 
-Layouts: q_latent/out ``[T, H, L]``, q_rope ``[T, H, R]`` (any strides, last one 1), kv_cache
-``[NB, BS, L + R]`` contiguous (a 2-D ``[NB * BS, L + R]`` TMA view). Grid: (token, head group),
-one program an item. Shared memory: Q ``64 x (L + R) x 2`` + ``STAGES x 64 x (L + R) x 2`` + P
-``64 x 64 x 2`` bytes (216 KiB + 8 KiB at 576 columns and 2 stages). Bytes moved:
-``sum_t seq_len_t * G * (L + R) * cache_bytes`` (G head groups; the second group's read mostly
-from L2) + ``T * H * (2L + R) * q_bytes``.
+One tile at a time: scores, softmax, values, then the stage goes back to the producer. Issuing
+tile j + 1's scores before tile j's values (FlashAttention-3's order) kept two stages busy, so
+the producer could load tile j + 2 only once tile j's values were done: the consumers waited on
+TMA (Nsight Compute, B64 x 4096 H128: 21 % of warp samples at the consumers' waits for loaded
+tiles) and the kernel took 234-247 us; one tile at a time, 169-173 us; tile j's values issued
+before tile j + 1's scores (the stage released after the values, the softmax alone on the
+critical path), 180-183 (H100, CUDA-graph replays; benchmarks/results/gpu-2026-11-24c/).
 
-NOT YET RUN ON A GPU: compiled for sm_90 with Triton 3.6 only. Off unless ``mla.SM90_GLUON``.
+Split-KV (``launch`` with 4-D ``out``): program (token, head group, split) covers keys
+``[split * split_tokens, +split_tokens)`` (a multiple of the tile) and writes the normalised
+partial output and its log2 LSE (0 and -inf for no keys) for ``mla``'s combine kernel.
+
+Layouts: q_latent/out ``[T, H, L]``, q_rope ``[T, H, R]`` (any strides, last one 1), kv_cache
+``[NB, BS, L + R]`` contiguous (a 2-D ``[NB * BS, L + R]`` TMA view); partials ``[T, S, H, L]``
+and ``[T, S, H]`` float32. Grid: (token, head group, split), one program an item. Shared memory:
+Q ``64 x (L + R) x 2`` + ``STAGES x 64 x (L + R) x 2`` + P ``64 x 64 x 2`` bytes (216 KiB + 8 KiB
+at 576 columns and 2 stages): one program an SM. Bytes moved: ``sum_t seq_len_t * G * (L + R) *
+cache_bytes`` (G head groups; the second group's reads mostly from L2) + ``T * H * (2L + R) *
+q_bytes`` (+ ``T * S * H * (L + 1) * 8`` for the partials, written and read once).
+
+Where the time goes (B64 x 4096 H128, 172 us, FlashInfer 136 us; Nsight Compute, one launch):
+each tile's chain of scores (N = 32 wgmmas read 3 KiB of shared memory per 16 tensor cycles:
+bound by shared-memory bandwidth, not the tensor cores), two barrier exchanges and the values
+leaves the tensor pipe about 44 % busy and 0.47 warps eligible per scheduler; overlapping one
+tile's softmax with the other's products (FlashMLA's two tiles per pair, one per warpgroup, N =
+64 scores) is what would close it.
 """
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
+
+from ._launch import launch as kernel_launch
 
 try:  # Gluon ships with Triton >= 3.5
     from triton.experimental import gluon
@@ -50,16 +71,16 @@ LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 TILE_N = 64  # keys a tile (32 each warpgroup's scores)
 HEADS = 64  # rows a program
-STAGES = 2  # latent tiles in flight (72 KiB each at 576 columns); not yet timed
+STAGES = 2  # latent tiles in flight (72 KiB each at 576 columns; the most that fit beside Q)
 NUM_WARPS = 4  # the first consumer warpgroup; the second and the producer warp are added
-# The second consumer warpgroup's registers. sm_90 SASS (Triton 3.6): 55 spill instructions
-# (scalars, 64-byte stack) at 208-224, 58 at 232, 70 at 240; not yet timed.
+# The second consumer warpgroup's registers. H100, B64 x 4096 H128, CUDA-graph replays: 172.6 us at
+# 224, 174.9 at 208 (mla-probe-split2.txt); sm_90 SASS (Triton 3.6): 9 spill instructions (scalars,
+# outside the tile loop) at 224, 27 at 208.
 REGS_CONSUMER = 224
 REGS_PRODUCER = 24
 
 
-def declines(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, num_tokens: int, num_sms: int, *,
-             split_tokens: int | None) -> str | None:
+def declines(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor) -> str | None:
     """Why this kernel does not take the call (None: it takes it). Static facts only."""
     if gluon is None:
         return "Gluon is not available in this Triton"
@@ -83,10 +104,6 @@ def declines(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, num_tokens: int
         return "cache rows: under 2^31"
     if q_latent.stride(2) != 1 or q_rope.stride(2) != 1:
         return "queries: contiguous last dimension"
-    if split_tokens is not None:
-        return "forced split-KV"
-    if num_tokens * (num_heads // HEADS) * 4 < num_sms * 3:
-        return "too few (token, head group) items to fill the GPU without split-KV"
     return None
 
 
@@ -107,8 +124,9 @@ if gluon is not None:
         return gl.where(ok, blk * BLOCK_SIZE + key0 % BLOCK_SIZE, num_blocks * BLOCK_SIZE)
 
     @gluon.jit
-    def _producer(kv_desc, kv_smem, ready, empty, n_tiles, seq_row_ptr, stride_bt_block, num_pages, num_blocks,
-                  CHUNKS: gl.constexpr, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr, STAGES: gl.constexpr):
+    def _producer(kv_desc, kv_smem, ready, empty, key_lo, n_tiles, seq_row_ptr, stride_bt_block, num_pages,
+                  num_blocks, CHUNKS: gl.constexpr, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr,
+                  STAGES: gl.constexpr):
         """One warp: the latent tiles, ``STAGES`` ahead, each stage refilled once both warpgroups
         released it."""
         PAGES: gl.constexpr = _TILE // BOX
@@ -118,7 +136,7 @@ if gluon is not None:
             mbarrier.wait(empty.index(stage), ((j // STAGES) & 1) ^ 1)
             mbarrier.expect(ready.index(stage), nbytes)
             for i in gl.static_range(PAGES):
-                row = _page_row(j * _TILE + i * BOX, seq_row_ptr, stride_bt_block, num_pages, num_blocks, BLOCK_SIZE)
+                row = _page_row(key_lo + j * _TILE + i * BOX, seq_row_ptr, stride_bt_block, num_pages, num_blocks, BLOCK_SIZE)
                 for c in gl.static_range(CHUNKS):
                     tma.async_copy_global_to_shared(kv_desc, [row, c * 64], ready.index(stage),
                                                     kv_smem.index(stage * CHUNKS + c).slice(i * BOX, BOX))
@@ -135,12 +153,12 @@ if gluon is not None:
 
     @gluon.jit
     def _softmax(s, t, m_i, l_i, wg: gl.constexpr, mx_smem, mx_bar, seq_row_ptr, stride_bt_block, num_pages,
-                 num_blocks, kv_hi, pos, qk_scale, s_layout: gl.constexpr, BLOCK_SIZE: gl.constexpr,
+                 num_blocks, key_lo, kv_hi, pos, qk_scale, s_layout: gl.constexpr, BLOCK_SIZE: gl.constexpr,
                  CAUSAL: gl.constexpr):
         """Tile ``t``'s scores ``s`` (this warpgroup's keys) masked, the tile's row maxima exchanged
         so both warpgroups share one running max; returns ``(p, m_new, l_new, alpha)``, ``l`` this
         warpgroup's partial row sum."""
-        keys = t * _TILE + wg * 32 + gl.arange(0, 32, layout=gl.SliceLayout(0, s_layout))
+        keys = key_lo + t * _TILE + wg * 32 + gl.arange(0, 32, layout=gl.SliceLayout(0, s_layout))
         page = keys // BLOCK_SIZE
         blk = gl.load(seq_row_ptr + page * stride_bt_block, mask=page < num_pages, other=-1)
         key_ok = (blk >= 0) & (blk < num_blocks) & (keys < kv_hi)
@@ -160,14 +178,14 @@ if gluon is not None:
         return p, m_new, l_new, alpha
 
     @gluon.jit
-    def _publish(p, t, wg: gl.constexpr, p_smem, p_free, p_bar, kv_smem, kv_hi, n_tiles, CHUNKS: gl.constexpr,
+    def _publish(p, t, wg: gl.constexpr, p_smem, p_free, p_bar, kv_smem, key_lo, kv_hi, n_tiles, CHUNKS: gl.constexpr,
                  STAGES: gl.constexpr):
         """This warpgroup's half of tile ``t``'s P into shared memory once both finished the last
         P @ V; on the last tile, its half of the value rows past ``kv_hi`` zeroed (the cache may
         hold NaN there; 0 * NaN is NaN); then both wait for both."""
         mbarrier.wait(p_free.index(0), (t & 1) ^ 1)
         p_smem.index(wg).store(p.to(p_smem.dtype))
-        tail = kv_hi - t * _TILE
+        tail = kv_hi - key_lo - t * _TILE
         if (t == n_tiles - 1) & (tail < _TILE):
             zl: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
             zrows = wg * 32 + gl.arange(0, 32, layout=gl.SliceLayout(1, zl))
@@ -206,11 +224,11 @@ if gluon is not None:
     @gluon.jit
     def _consumer(wg: gl.constexpr, q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, q_smem, kv_smem, p_smem, mx_smem,
                   l_smem, ready, empty, q_bar, mx_bar, p_bar, p_free, l_bar, seq_row_ptr, stride_bt_block, num_pages,
-                  num_blocks, n_tiles, kv_hi, pos, scale, tok, head0,
+                  num_blocks, key_lo, n_tiles, kv_hi, pos, scale, tok, head0,
                   stride_ql_tok, stride_ql_head, stride_qr_tok, stride_qr_head, stride_o_tok, stride_o_head,
                   stride_lse_tok, stride_lse_head,
                   LATENT: gl.constexpr, BLOCK_SIZE: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                  HAS_LSE: gl.constexpr):
+                  HAS_LSE: gl.constexpr, LSE_UNIT: gl.constexpr):
         """Warpgroup ``wg``: scores of keys ``[32 wg, 32 wg + 32)`` of each tile, output columns
         ``[LATENT / 2 * wg, ...)`` of all its keys."""
         CHUNKS: gl.constexpr = LATENT // 64 + 1  # the latent's 64-column chunks and the rope
@@ -248,37 +266,22 @@ if gluon is not None:
         o1 = gl.zeros([_ROWS, 64], gl.float32, o_layout)
         o2 = gl.zeros([_ROWS, 64], gl.float32, o_layout)
         o3 = gl.zeros([_ROWS, 64], gl.float32, o_layout)
-        if n_tiles > 0:
-            # tile 0: its scores alone, its P published
-            mbarrier.wait(ready.index(0), 0)
-            s = _scores(q_smem, kv_smem, 0, wg, s_layout, CHUNKS)
+        # one tile at a time: its stage is released as soon as its values are done, so the
+        # producer loads tile j + 1 (and the next) during all of tile j
+        for j in range(n_tiles):
+            stage = j % STAGES
+            mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
+            s = _scores(q_smem, kv_smem, stage, wg, s_layout, CHUNKS)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-            p, m_i, l_i, alpha = _softmax(s, 0, m_i, l_i, wg, mx_smem, mx_bar, seq_row_ptr, stride_bt_block,
-                                          num_pages, num_blocks, kv_hi, pos, qk_scale, s_layout, BLOCK_SIZE, CAUSAL)
-            _publish(p, 0, wg, p_smem, p_free, p_bar, kv_smem, kv_hi, n_tiles, CHUNKS, STAGES)
-            # tile j's P @ V in flight beside tile j + 1's scores and softmax (FlashAttention-3's order:
-            # the scores issued first, so waiting for them leaves the value products running)
-            for j in range(0, n_tiles - 1):
-                nxt = (j + 1) % STAGES
-                mbarrier.wait(ready.index(nxt), ((j + 1) // STAGES) & 1)
-                s = _scores(q_smem, kv_smem, nxt, wg, s_layout, CHUNKS)
-                o0, o1, o2, o3 = _values(o0, o1, o2, o3, alpha, p_smem, kv_smem, j % STAGES, wg, orow_layout,
-                                         CHUNKS, VCH)
-                s = warpgroup_mma_wait(num_outstanding=2 * VCH, deps=(s, ))
-                p, m_i, l_i, alpha_next = _softmax(s, j + 1, m_i, l_i, wg, mx_smem, mx_bar, seq_row_ptr,
-                                                   stride_bt_block, num_pages, num_blocks, kv_hi, pos, qk_scale,
-                                                   s_layout, BLOCK_SIZE, CAUSAL)
-                o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
-                mbarrier.arrive(p_free.index(0))
-                mbarrier.arrive(empty.index(j % STAGES))
-                _publish(p, j + 1, wg, p_smem, p_free, p_bar, kv_smem, kv_hi, n_tiles, CHUNKS, STAGES)
-                alpha = alpha_next
-            last = n_tiles - 1
-            o0, o1, o2, o3 = _values(o0, o1, o2, o3, alpha, p_smem, kv_smem, last % STAGES, wg, orow_layout,
-                                     CHUNKS, VCH)
+            p, m_i, l_i, alpha = _softmax(s, j, m_i, l_i, wg, mx_smem, mx_bar, seq_row_ptr, stride_bt_block,
+                                          num_pages, num_blocks, key_lo, kv_hi, pos, qk_scale, s_layout,
+                                          BLOCK_SIZE, CAUSAL)
+            _publish(p, j, wg, p_smem, p_free, p_bar, kv_smem, key_lo, kv_hi, n_tiles, CHUNKS, STAGES)
+            o0, o1, o2, o3 = _values(o0, o1, o2, o3, alpha, p_smem, kv_smem, stage, wg, orow_layout, CHUNKS,
+                                     VCH)
             o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
             mbarrier.arrive(p_free.index(0))
-            mbarrier.arrive(empty.index(last % STAGES))
+            mbarrier.arrive(empty.index(stage))
 
         # -- epilogue: l = l_0 + l_1 (both add in that order), out = O / l, lse = (m + log2 l) ln 2 --
         l_smem.index(wg).store(l_i)
@@ -303,27 +306,31 @@ if gluon is not None:
             gl.store(out_ptr + o_rows + gl.expand_dims(col0 + 192 + ocol, 0), (o3 * scale_rows).to(odt), mask=o_mask)
         if HAS_LSE:
             if wg == 0:
-                lse = gl.where(has_keys, (m_i + gl.log2(gl.where(has_keys, l_tot, 1.0))) * _LN2, float("-inf"))
+                lse = gl.where(has_keys, (m_i + gl.log2(gl.where(has_keys, l_tot, 1.0))) * LSE_UNIT, float("-inf"))
                 mrows = head0 + gl.arange(0, _ROWS, layout=row_layout)
                 gl.store(lse_ptr + tok.to(gl.int64) * stride_lse_tok + mrows * stride_lse_head, lse)
 
-    @gluon.jit(do_not_specialize=["num_tokens", "num_seqs", "max_blocks"])
+    @gluon.jit(do_not_specialize=["num_tokens", "num_seqs", "max_blocks", "split_tokens"])
     def _mla_sm90_kernel(
         q_latent_ptr, q_rope_ptr,  # [T, H, L], [T, H, R]
         kv_desc,  # TMA descriptor of the cache as [NB * BS, L + R], boxes [BOX, 64]
         block_table_ptr, seq_lens_ptr, query_start_loc_ptr,  # [B, MB], [B], [B + 1] int32
-        out_ptr, lse_ptr,  # [T, H, L]; [T, H] float32 (HAS_LSE)
+        out_ptr, lse_ptr,  # [T, H, L] or partials [T, S, H, L] float32; [T, H] or [T, S, H] float32
         scale,
-        num_tokens, num_seqs, num_blocks, max_blocks,
+        num_tokens, num_seqs, num_blocks, max_blocks, split_tokens,
         stride_ql_tok, stride_ql_head, stride_qr_tok, stride_qr_head, stride_bt_seq, stride_bt_block,
-        stride_sl, stride_qsl, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head,
+        stride_sl, stride_qsl, stride_o_tok, stride_o_split, stride_o_head,
+        stride_lse_tok, stride_lse_split, stride_lse_head,
         LATENT: gl.constexpr, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr, STAGES: gl.constexpr,
-        CAUSAL: gl.constexpr, HAS_LSE: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+        CAUSAL: gl.constexpr, HAS_LSE: gl.constexpr, LSE_UNIT: gl.constexpr, CONSUMER_REGS: gl.constexpr,
     ):
         CHUNKS: gl.constexpr = LATENT // 64 + 1
         dtype: gl.constexpr = q_latent_ptr.dtype.element_ty
         tok = gl.program_id(0)
         head0 = gl.program_id(1) * _ROWS
+        split = gl.program_id(2)  # keys [split * split_tokens, + split_tokens), a multiple of the tile
+        out_ptr += split.to(gl.int64) * stride_o_split
+        lse_ptr += split.to(gl.int64) * stride_lse_split
         # -- the token's sequence: the last b with query_start_loc[b] <= tok --
         lo_s = tok * 0
         hi_s = num_seqs - 1
@@ -342,7 +349,8 @@ if gluon is not None:
         if CAUSAL:
             kv_hi = gl.minimum(kv_hi, pos + 1)
         kv_hi = gl.maximum(kv_hi, 0)
-        n_tiles = (kv_hi + _TILE - 1) // _TILE
+        key_lo = split * split_tokens
+        n_tiles = (gl.maximum(gl.minimum(kv_hi, key_lo + split_tokens) - key_lo, 0) + _TILE - 1) // _TILE
         num_pages = gl.minimum((seq_len + BLOCK_SIZE - 1) // BLOCK_SIZE, max_blocks)
         seq_row_ptr = block_table_ptr + seq.to(gl.int64) * stride_bt_seq
 
@@ -375,74 +383,109 @@ if gluon is not None:
         gl.warp_specialize([
             (_consumer, (0, q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, q_smem, kv_smem, p_smem, mx_smem, l_smem,
                          ready, empty, q_bar, mx_bar, p_bar, p_free, l_bar, seq_row_ptr, stride_bt_block, num_pages,
-                         num_blocks, n_tiles, kv_hi, pos, scale, tok, head0, stride_ql_tok, stride_ql_head,
+                         num_blocks, key_lo, n_tiles, kv_hi, pos, scale, tok, head0, stride_ql_tok, stride_ql_head,
                          stride_qr_tok, stride_qr_head, stride_o_tok, stride_o_head, stride_lse_tok,
-                         stride_lse_head, LATENT, BLOCK_SIZE, STAGES, CAUSAL, HAS_LSE)),
+                         stride_lse_head, LATENT, BLOCK_SIZE, STAGES, CAUSAL, HAS_LSE, LSE_UNIT)),
             (_consumer, (1, q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, q_smem, kv_smem, p_smem, mx_smem, l_smem,
                          ready, empty, q_bar, mx_bar, p_bar, p_free, l_bar, seq_row_ptr, stride_bt_block, num_pages,
-                         num_blocks, n_tiles, kv_hi, pos, scale, tok, head0, stride_ql_tok, stride_ql_head,
+                         num_blocks, key_lo, n_tiles, kv_hi, pos, scale, tok, head0, stride_ql_tok, stride_ql_head,
                          stride_qr_tok, stride_qr_head, stride_o_tok, stride_o_head, stride_lse_tok,
-                         stride_lse_head, LATENT, BLOCK_SIZE, STAGES, CAUSAL, HAS_LSE)),
-            (_producer, (kv_desc, kv_smem, ready, empty, n_tiles, seq_row_ptr, stride_bt_block, num_pages, num_blocks,
-                         CHUNKS, BLOCK_SIZE, BOX, STAGES)),
+                         stride_lse_head, LATENT, BLOCK_SIZE, STAGES, CAUSAL, HAS_LSE, LSE_UNIT)),
+            (_producer, (kv_desc, kv_smem, ready, empty, key_lo, n_tiles, seq_row_ptr, stride_bt_block, num_pages,
+                         num_blocks, CHUNKS, BLOCK_SIZE, BOX, STAGES)),
         ], [4, 1], [CONSUMER_REGS, REGS_PRODUCER])
 
 
+@functools.lru_cache(maxsize=None)
+def _smem_layout(box: int, dtype: torch.dtype):
+    return gl.NVMMASharedLayout.get_default_for([box, 64], gl.bfloat16 if dtype == torch.bfloat16 else gl.float16)
+
+
 def descriptor(kv_cache: Tensor):
-    """The TMA descriptor of the latent cache for this kernel (host side, per call)."""
+    """The TMA descriptor of the latent cache for this kernel (host side, per call: 3.6 us with
+    the layout cached, 14.6 us without; 2-core CI host)."""
     num_blocks, block_size, width = kv_cache.shape
     box = min(block_size, TILE_N)
-    dtype = gl.bfloat16 if kv_cache.dtype == torch.bfloat16 else gl.float16
-    layout = gl.NVMMASharedLayout.get_default_for([box, 64], dtype)
     rows = num_blocks * block_size
-    return TensorDescriptor(kv_cache.view(rows, width), [rows, width], [width, 1], [box, 64], layout)
+    return TensorDescriptor(kv_cache.view(rows, width), [rows, width], [width, 1], [box, 64],
+                            _smem_layout(box, kv_cache.dtype))
 
 
 def launch(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: Tensor, seq_lens: Tensor,
-           query_start_loc: Tensor, out: Tensor, lse: Tensor | None, scale: float, causal: bool) -> None:
-    """One launch: grid (tokens, head groups of 64)."""
+           query_start_loc: Tensor, out: Tensor, lse: Tensor | None, scale: float, causal: bool,
+           split_tokens: int) -> None:
+    """One launch: grid (tokens, head groups of 64, splits). ``out`` [T, H, L] and ``lse`` [T, H]
+    (natural log; may be None) take the attention itself; 4-D ``out`` [T, S, H, L] and 3-D ``lse``
+    [T, S, H] (float32) take the partial state of each split of ``split_tokens`` keys (a multiple
+    of the tile; ``out`` normalised, ``lse`` in log2) for ``mla``'s combine kernel. Through the
+    package's cached launcher (``_launch.launch``): ``kernel[grid]`` binds and specialises every
+    argument per call, about 100 us of host time for this kernel (H100 host, Triton 3.6,
+    benchmarks/results/gpu-2026-11-24c/eager-probe.txt)."""
     num_tokens, num_heads, latent = q_latent.shape
     num_blocks, block_size, _ = kv_cache.shape
     num_seqs, max_blocks = block_table.shape
-    lse_strides = lse.stride() if lse is not None else (0, 0)
-    _mla_sm90_kernel[(num_tokens, num_heads // HEADS)](
-        q_latent, q_rope, descriptor(kv_cache), block_table, seq_lens, query_start_loc, out,
-        lse if lse is not None else out, float(scale), num_tokens, num_seqs, num_blocks, max_blocks,
-        q_latent.stride(0), q_latent.stride(1), q_rope.stride(0), q_rope.stride(1), block_table.stride(0),
-        block_table.stride(1), seq_lens.stride(0), query_start_loc.stride(0), out.stride(0), out.stride(1),
-        lse_strides[0], lse_strides[1],
-        LATENT=latent, BLOCK_SIZE=block_size, BOX=min(block_size, TILE_N), STAGES=STAGES, CAUSAL=bool(causal),
-        HAS_LSE=lse is not None, CONSUMER_REGS=REGS_CONSUMER, num_warps=NUM_WARPS,
+    if out.dim() == 4:
+        num_splits = out.shape[1]
+        so, sl, lse_unit = out.stride()[:3], lse.stride(), 1.0
+    else:
+        num_splits, lse_unit = 1, LN2
+        so = (out.stride(0), 0, out.stride(1))
+        sl = (lse.stride(0), 0, lse.stride(1)) if lse is not None else (0, 0, 0)
+    kernel_launch(_mla_sm90_kernel, (num_tokens, num_heads // HEADS, num_splits), q_latent)(
+        q_latent_ptr=q_latent, q_rope_ptr=q_rope, kv_desc=descriptor(kv_cache), block_table_ptr=block_table,
+        seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc, out_ptr=out,
+        lse_ptr=lse if lse is not None else out, scale=float(scale), num_tokens=num_tokens, num_seqs=num_seqs,
+        num_blocks=num_blocks, max_blocks=max_blocks, split_tokens=split_tokens,
+        stride_ql_tok=q_latent.stride(0), stride_ql_head=q_latent.stride(1), stride_qr_tok=q_rope.stride(0),
+        stride_qr_head=q_rope.stride(1), stride_bt_seq=block_table.stride(0), stride_bt_block=block_table.stride(1),
+        stride_sl=seq_lens.stride(0), stride_qsl=query_start_loc.stride(0), stride_o_tok=so[0],
+        stride_o_split=so[1], stride_o_head=so[2], stride_lse_tok=sl[0], stride_lse_split=sl[1],
+        stride_lse_head=sl[2], LATENT=latent, BLOCK_SIZE=block_size, BOX=min(block_size, TILE_N), STAGES=STAGES,
+        CAUSAL=bool(causal), HAS_LSE=lse is not None, LSE_UNIT=lse_unit, CONSUMER_REGS=REGS_CONSUMER,
+        num_warps=NUM_WARPS,
     )
 
 
 @torch.library.custom_op("paged_attn::_mla_sm90", mutates_args=("out", "lse"))
 def _mla_sm90(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: Tensor, seq_lens: Tensor,
-              query_start_loc: Tensor, out: Tensor, lse: Tensor | None, scale: float, causal: bool) -> None:
-    """This kernel into ``out`` and, when given, ``lse``: an opaque op, so that Inductor, tracing
-    the public op's body, sees one extern call (a Gluon kernel with a TMA descriptor is not one
-    ``wrap_triton`` launches)."""
+              query_start_loc: Tensor, out: Tensor, lse: Tensor | None, scale: float, causal: bool,
+              split_tokens: int) -> None:
+    """This kernel into ``out`` and, when given, ``lse`` (``launch``): an opaque op, so that
+    Inductor, tracing the public op's body, sees one extern call (a Gluon kernel with a TMA
+    descriptor is not one ``wrap_triton`` launches)."""
     if q_latent.shape[0] == 0:
         return
-    launch(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, scale, causal)
+    launch(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, scale, causal, split_tokens)
 
 
 @_mla_sm90.register_fake
-def _(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, scale, causal):
+def _(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, scale, causal, split_tokens):
     return None
 
 
-def prepare(*, scale: float, causal: bool):
-    """The runner of this kernel (``mla.prepare_mla_decode`` documents the runner)."""
+def prepare(*, scale: float, causal: bool, split_tokens: int, workspace=None, combine=None):
+    """The runner of this kernel (``mla.prepare_mla_decode`` documents the runner). With a
+    ``workspace`` (``paged_attention._Workspace``), the keys are split at multiples of
+    ``split_tokens`` into its partials and ``combine(part_out, part_lse, seq_lens,
+    query_start_loc, out, lse)`` merges them; otherwise ``split_tokens`` covers every key."""
     from .. import plain_eager
 
     scale, causal = float(scale), bool(causal)
 
-    def run(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, options):
+    def attend(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse):
         if plain_eager(q_latent):  # the op's body directly: nothing traces
-            launch(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, scale, causal)
+            launch(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, scale, causal,
+                   split_tokens)
         else:
             torch.ops.paged_attn._mla_sm90(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc,
-                                           out, lse, scale, causal)
+                                           out, lse, scale, causal, split_tokens)
+
+    def run(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, options):
+        if workspace is None:
+            attend(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse)
+            return
+        part_out, part_lse = workspace.tensors(out)
+        attend(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, part_out, part_lse)
+        combine(q_latent, part_out, part_lse, seq_lens, query_start_loc, out, lse)
 
     return run
