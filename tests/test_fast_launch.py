@@ -95,6 +95,33 @@ def test_key_never_merges_two_triton_specialisations(dns) -> None:
     assert n_keys > 100 and len(by_key) > 20
 
 
+def test_key_of_a_tensor_descriptor_never_merges_two_triton_specialisations() -> None:
+    """Host-side TMA descriptors (the Gluon kernels' cache arguments) of each dtype, block shape
+    and shared layout, over bases 16-byte aligned (as TMA wants) at several offsets, and sizes:
+    equal keys only where Triton's binder specialises equally, and new bases of one kind keep
+    one key."""
+    hopper = pytest.importorskip("triton.experimental.gluon.nvidia.hopper")
+    gl = pytest.importorskip("triton.experimental.gluon.language")
+    fast = _launch.FastLauncher(_jit(), current_device=lambda: 0, current_stream=lambda d: 0)
+    calls = []
+    for dtype, block, swizzle, offset, rows in itertools.product(
+        (torch.bfloat16, torch.float16), ((64, 64), (32, 64), (8, 64)), (128, 64), (0, 8, 24), (64, 4096 + 8)
+    ):
+        base = torch.zeros(rows * 128 + offset, dtype=dtype)[offset:].view(rows, 128)
+        layout = gl.NVMMASharedLayout(swizzle_byte_width=swizzle, element_bitwidth=16, rank=2)
+        desc = hopper.TensorDescriptor(base, [rows, 128], [128, 1], list(block), layout)
+        calls.append(dict(x_ptr=desc, y_ptr=_BUF, n=16, m=16, scale=0.5, flag=3, BLOCK=16, num_warps=4))
+    fast._generate(calls[0])
+    by_key: dict[tuple, tuple] = {}
+    for kwargs in calls:
+        key = fast._key(kwargs)
+        assert key is not None
+        triton_key = _triton_key(fast.kernel, kwargs)
+        seen = by_key.setdefault(key, triton_key)
+        assert seen == triton_key, f"key {key} also stands for Triton's {seen}, not {triton_key}"
+    assert len(by_key) == 2 * 3 * 2 == len(set(by_key.values()))
+
+
 def test_key_is_as_coarse_as_triton_for_repeated_decode_values() -> None:
     """Values that change every decode step but not Triton's specialisation keep one key."""
     fast = _launch.FastLauncher(_jit(do_not_specialize=["n"]), current_device=lambda: 0, current_stream=lambda d: 0)

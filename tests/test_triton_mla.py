@@ -111,6 +111,8 @@ def make_batch(case: Case, device: str, seed: int) -> MlaBatch:
         buf = torch.full((num_blocks, 2, case.block_size, width), 0x7F if bits.dtype == torch.uint8 else float("nan"),
                          dtype=bits.dtype)
         buf[:, 1] = bits
+        # sliced after the move: .to() of a view with gaps would give a contiguous copy
+        buf = buf.to(device)
         cache = buf[:, 1].view(cache_dtype) if bits is not cache else buf[:, 1]
     num_tokens = sum(case.q_lens) + case.pad_tokens
     q_lat = torch.randn(num_tokens, case.num_heads, case.latent, generator=g)
@@ -130,7 +132,7 @@ def make_batch(case: Case, device: str, seed: int) -> MlaBatch:
     return MlaBatch(
         q_latent=q_lat,
         q_rope=q_rope,
-        kv_cache=cache.to(device),
+        kv_cache=cache.to(device),  # a no-op for the strided cache, already there
         block_table=table.to(device),
         seq_lens=torch.tensor(case.kv_lens, dtype=torch.int32, device=device),
         query_start_loc=qsl.to(device),
@@ -533,7 +535,8 @@ def test_mla_cuda(case: Case) -> None:
 @gpu_tier
 def test_grid_orders_cuda(monkeypatch) -> None:
     """GRID "heads" and "queries" give the same bits with DeepSeek's 128 heads (two head groups):
-    decode, speculative tokens, forced splits, an fp8 cache."""
+    decode, speculative tokens, forced splits, an fp8 cache (the Triton kernel: Gluon off)."""
+    monkeypatch.setattr(tmla, "SM90_GLUON", False)
     for case in (replace(_BASE, num_heads=128), replace(_BASE, **_MTP, num_heads=128, hint=True),
                  replace(_BASE, num_heads=128, split_tokens=512, cache_dtype=E4M3)):
         (grid_q, fast_q), (grid_h, fast_h) = _grid_orders(monkeypatch, case, "cuda")
@@ -670,3 +673,182 @@ def test_strided_cache_bitwise_cuda() -> None:
 def test_nan_kv_scale_cuda() -> None:
     check_nan_kv_scale("cuda", replace(_BASE, q_lens=(1, 2, 1, 1), kv_lens=(1000, 9, 0, 1), cache_dtype=E4M3,
                                        pad_tokens=2))
+
+
+# -- GPU tier: the Gluon sm_90 kernel (mla_sm90) on every call it takes ------------------------------
+
+@pytest.fixture
+def gluon_mla(monkeypatch):
+    """``mla.SM90_GLUON`` on, plans dropped; the plans the Gluon kernel made are recorded (their
+    ``split_tokens``, and whether they split: ``workspace``)."""
+    from torch_paged_attn import lowering
+    from torch_paged_attn.lowering.triton import mla_sm90
+
+    if not _CUDA or torch.cuda.get_device_capability() != (9, 0) or mla_sm90.gluon is None:
+        pytest.skip("the Gluon MLA kernel runs on sm_90 with Gluon only")
+    monkeypatch.setattr(tmla, "SM90_GLUON", True)
+    monkeypatch.setattr(tmla, "_GLUON_MIN_KEYS", 0)
+    monkeypatch.setattr(lowering, "_CHOICES", {})
+    launched = []
+    real = mla_sm90.prepare
+    monkeypatch.setattr(mla_sm90, "prepare", lambda **k: launched.append(k) or real(**k))
+    return launched
+
+
+def one_sm(monkeypatch) -> None:
+    """Split planning sees one SM: no call splits its keys unless told to."""
+    monkeypatch.setattr(tpa, "_num_sms", lambda device: 1)
+
+
+# 128 and 64 heads, block sizes 64 / 16 / 8, decode (lengths 0, 1, BS +- 1, several tiles) and
+# speculative tokens (causal and not), padding tokens (NaN queries), fp16, no LSE, a latent of 256;
+# forced splits of one and two tiles
+_GLUON_CASES = [
+    replace(_BASE, num_heads=128, pad_tokens=2),
+    replace(_BASE, **_MTP, num_heads=128),
+    replace(_BASE, **_MTP, num_heads=64, causal=False, block_size=16),
+    replace(_BASE, q_lens=(1, 1, 1, 1, 1, 1), kv_lens=(15, 16, 17, 63, 65, 0), num_heads=64, block_size=8),
+    replace(_BASE, num_heads=128, dtype=FP16, with_lse=False, block_size=32),
+    replace(_BASE, num_heads=64, latent=256, rope=64),
+    replace(_BASE, **_MTP, num_heads=64, split_tokens=64, pad_tokens=1),
+    replace(_BASE, num_heads=128, split_tokens=128, with_lse=False, block_size=128),
+]
+
+
+@gpu_tier
+@pytest.mark.parametrize("sms", ["one_sm", "all_sms"])
+@pytest.mark.parametrize("case", _GLUON_CASES, ids=lambda c: c.id)
+def test_gluon_mla_cuda(case: Case, sms: str, gluon_mla, monkeypatch) -> None:
+    """Each case unsplit (one SM planned) and split as planned for this GPU (few tokens: many
+    splits of at least two tiles, merged by the combine kernel), against the float64 loop; split,
+    with the cached launcher in check mode (Triton confirms each binary it launches)."""
+    if sms == "one_sm":
+        one_sm(monkeypatch)
+    else:
+        monkeypatch.setenv("TORCH_PAGED_ATTN_FAST_LAUNCH", "check")
+    check_case(case, "cuda")
+    assert gluon_mla, "the Gluon MLA kernel did not run"
+    splits = gluon_mla[-1].get("workspace") is not None
+    if case.split_tokens is not None or (sms == "all_sms" and max(case.kv_lens) > 256):
+        assert splits, gluon_mla[-1]
+    elif sms == "one_sm":
+        assert not splits, gluon_mla[-1]
+
+
+@gpu_tier
+@pytest.mark.parametrize("sms", ["one_sm", "all_sms"])
+def test_gluon_mla_bad_block_ids_cuda(sms: str, gluon_mla, monkeypatch) -> None:
+    if sms == "one_sm":
+        one_sm(monkeypatch)
+    b = make_batch(replace(_BASE, q_lens=(1, 2, 1), kv_lens=(1000, 500, 64), num_heads=128), "cuda", seed=11)
+    nb, bs = b.kv_cache.shape[:2]
+    for i, (n, bad) in enumerate(zip((1000, 500, 64), (-1, nb, 2**31 - 1))):
+        b.block_table[i, (5 * i) % -(-n // bs)] = bad
+    out, lse = run_triton(b)
+    assert gluon_mla, "the Gluon MLA kernel did not run"
+    assert torch.isfinite(out).all() and not torch.isnan(lse).any()
+    check(b, out, lse, True, BF16)
+
+
+@gpu_tier
+def test_gluon_mla_declines_cuda(gluon_mla) -> None:
+    """fp8 caches, 16 heads, a cross-layer (strided) cache and batch-invariant mode run the
+    Triton kernel."""
+    for case in (replace(_BASE, num_heads=128, cache_dtype=E4M3), replace(_BASE),
+                 replace(_BASE, num_heads=128, strided=True)):
+        gluon_mla.clear()
+        check_case(case, "cuda")
+        assert not gluon_mla, f"the Gluon kernel took {case.id}"
+    with _config.batch_invariant(True):
+        check_case(replace(_BASE, num_heads=128), "cuda")
+    assert not gluon_mla, "the Gluon kernel took a batch-invariant call"
+
+
+@gpu_tier
+@pytest.mark.fuzz
+@pytest.mark.parametrize("family", range(20))
+def test_gluon_mla_kernel_fuzz_cuda(family: int, gluon_mla, monkeypatch) -> None:
+    """500 configurations the Gluon kernel takes (seeds 400000 + 25 f ..): 64 / 128 heads,
+    latent 512 / 256 / 128, block sizes 8 .. 128, bf16 / fp16, 1-4 query tokens a sequence
+    (causal or not), lengths 0, 1, BS +- 1 and up to 3000 keys, padding tokens, with or without
+    the LSE; half the families planned on one SM (unsplit), half for this GPU or with forced
+    splits of 1-4 tiles; against the float64 loop."""
+    import random
+
+    rng = random.Random(400000 + family)
+    if family % 2 == 0:
+        one_sm(monkeypatch)
+    heads, latent = rng.choice((64, 128)), rng.choice((512, 512, 256, 128))
+    bs, dtype, causal = rng.choice((8, 16, 32, 64, 64, 128)), rng.choice((BF16, BF16, FP16)), rng.random() < 0.8
+    max_q = rng.choice((1, 1, 2, 4))
+    for draw in range(25):
+        seed = 400000 + family * 25 + draw
+        r = random.Random(seed)
+        n = r.randint(1, 6)
+        q_lens = tuple(r.randint(1, max_q) for _ in range(n))
+        kv_lens = tuple(
+            r.choice((0, 1, bs - 1, bs, bs + 1, 63, 64, 65, r.randint(1, 700), r.randint(700, 3000))) for _ in range(n))
+        kv_lens = tuple(max(k, q if causal else 0) for k, q in zip(q_lens, kv_lens))
+        split = r.choice((None, None, 64, 128, 256)) if family % 4 == 1 else None
+        case = Case(q_lens, kv_lens, num_heads=heads, latent=latent, rope=64, block_size=bs, dtype=dtype,
+                    causal=causal, with_lse=r.random() < 0.8, pad_tokens=r.choice((0, 0, 1, 3)), split_tokens=split)
+        gluon_mla.clear()
+        try:
+            check_case(case, "cuda")
+            assert gluon_mla, "the Gluon MLA kernel did not run"
+        except AssertionError as e:
+            raise AssertionError(f"fuzz seed {seed}: {case.id}: {e}") from e
+
+
+@gpu_tier
+@pytest.mark.parametrize("sms", ["one_sm", "all_sms"])
+def test_gluon_mla_graph_and_compile_cuda(sms: str, gluon_mla, monkeypatch) -> None:
+    """Captured once under sync-debug "error" and replayed on new lengths, unsplit and split (the
+    workspace allocated in the graph); the public op under torch.compile(fullgraph=True) gives
+    the eager bits."""
+    from torch._inductor.utils import fresh_inductor_cache
+
+    if sms == "one_sm":
+        one_sm(monkeypatch)
+    static = make_batch(replace(_BASE, q_lens=(1,) * 4, kv_lens=(1300,) * 4, num_heads=128), "cuda", 0)
+    out = torch.full((4, 128, 512), float("nan"), dtype=BF16, device="cuda")
+    lse = torch.full((4, 128), float("nan"), device="cuda")
+
+    def call():
+        tmla.mla_decode(*static.args(), out, lse, scale=static.scale, causal=True, kv_scale=None)
+
+    call()
+    assert gluon_mla, "the Gluon MLA kernel did not run"
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            call()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for seed, kv_lens in ((1, (30, 1270, 0, 5)), (2, (1, 2, 3, 1100))):
+        new = make_batch(replace(_BASE, q_lens=(1,) * 4, kv_lens=kv_lens, num_heads=128), "cuda", seed)
+        static.block_table.fill_(-1)
+        static.block_table[:, : new.block_table.shape[1]].copy_(new.block_table[:, : static.block_table.shape[1]])
+        static.seq_lens.copy_(new.seq_lens)
+        static.q_latent.copy_(new.q_latent)
+        static.q_rope.copy_(new.q_rope)
+        static.kv_cache.fill_(float("nan"))
+        n = min(new.kv_cache.shape[0], static.kv_cache.shape[0])
+        static.kv_cache[:n].copy_(new.kv_cache[:n])
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        graph.replay()
+        check(static, out, lse, True, BF16)
+
+    def public(ql, qr, kv, bt, sl, qsl):
+        return torch_paged_attn.mla_decode(ql, qr, kv, bt, sl, qsl, scale=static.scale)
+
+    eager = public(*static.args())
+    # compiled afresh: the plan depends on the SM count patched here, which compiled-graph
+    # caches (Dynamo's, Inductor's and AOTAutograd's on-disk ones) do not key on
+    torch._dynamo.reset()
+    with fresh_inductor_cache():
+        compiled = torch.compile(public, fullgraph=True)(*static.args())
+    assert torch.equal(eager[0], compiled[0]) and torch.equal(eager[1], compiled[1])

@@ -180,6 +180,12 @@ class FastLauncher:
                 exprs.extend(_pointer_key(p))
             elif isinstance(value, (bool, float)):
                 scalars.append(n)  # u1 / fp32: the class is the whole specialisation
+            elif _is_tensor_descriptor(value):
+                # a host-side TMA descriptor (Gluon kernels): specialised on its dtype, block
+                # shape and shared layout (Triton 3.6, native_specialize_impl: not the base's
+                # address, shape or strides); the binary's launcher encodes it at each launch
+                scalars.append(n)
+                exprs.append(f"{n}.base.dtype, tuple({n}.block_shape), {n}.layout, {n}.padding")
             elif isinstance(value, int):
                 scalars.append(n)
                 # a bool for the common values (i32, not 1), else the value in a tuple (never
@@ -540,9 +546,25 @@ def _fast_launcher(kernel) -> FastLauncher | None:
         from triton.runtime.jit import JITFunction
 
         version = ".".join(triton.__version__.split(".")[:2])
-        if type(kernel) is JITFunction and version in _PROTOCOL_VERSIONS:
+        if type(kernel) in _jit_classes(JITFunction) and version in _PROTOCOL_VERSIONS:
             fast = FastLauncher(kernel)
     except ImportError:
         pass
     setattr(kernel, _ATTR, fast)
     return None if fast is _NONE else fast
+
+
+def _jit_classes(jit_function: type) -> tuple[type, ...]:
+    """The kernel classes the cached launcher serves: Triton's JITFunction and Gluon's (same
+    ``run`` protocol in Triton 3.6, Gluon's only compiling another AST source)."""
+    try:
+        from triton.experimental.gluon._runtime import GluonJITFunction
+    except ImportError:
+        return (jit_function,)
+    return (jit_function, GluonJITFunction)
+
+
+def _is_tensor_descriptor(value: Any) -> bool:
+    """Whether ``value`` is one of Triton's host-side tensor descriptors (``triton.tools`` or
+    Gluon's)."""
+    return type(value).__name__ == "TensorDescriptor" and hasattr(value, "block_shape") and hasattr(value, "base")

@@ -33,7 +33,7 @@ import triton.language as tl
 from torch import Tensor
 
 from ... import _config
-from ._launch import cdiv, launcher, next_power_of_2, same_as
+from ._launch import cdiv, contiguous_strides, launcher, next_power_of_2, same_as
 from ._softmax import LOG2E, merge_partial, merged_to_output, softmax_step, state_to_partial
 from .paged_attention import (
     _INVARIANT_SPLIT_TOKENS,
@@ -54,6 +54,7 @@ from .paged_attention import (
     _load_rows,
     _pad,
     _plan_splits,
+    _num_sms,
 )
 
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -130,6 +131,16 @@ _CONFIGS = {
 # 26 % of warps stalled on shared-memory results (short scoreboard), 17 % on MIO throttle, tensor
 # pipe 11.7 % active (results/gpu-2026-11-24).
 _FP8_CONFIGS = {**_CONFIGS, 16: (64, 4, 1, 2, "keys", "queries")}
+# Calls ``mla_sm90`` takes (sm_90, bf16/fp16 caches, 64-head groups, a contiguous cache; not in
+# batch-invariant mode) whose block tables cover at least _GLUON_MIN_KEYS keys run that Gluon
+# kernel, split like this one's (one program an SM). H100, CUDA-graph replays, us (Triton ->
+# Gluon; benchmarks/results/gpu-2026-11-24c/mla-probe-split2.txt): B64 x 4096 H128 251.5 -> 170.8,
+# B1 x 32768 H128 51.7 -> 42.3, B8 x 8192 H128 75.0 -> 57.2, B64 x 4096 H64 152.7 -> 133.7,
+# B64 x 1024 H128 70.7 -> 57.0, 2 tokens B64 x 4096 H128 486.6 -> 351.1; but B64 x 256 H128
+# 24.9 -> 28.2 (a program's fixed cost: 72 KiB of queries into shared memory, four tiles to
+# amortise it), hence the floor, where the two lines cross (about 400 keys).
+SM90_GLUON = True
+_GLUON_MIN_KEYS = 512
 # Heads one program holds (the M dimension of the dots is at most 64 rows).
 _MAX_HEADS_PER_PROGRAM = 64
 _MAX_BLOCK_M = 64
@@ -450,6 +461,24 @@ def prepare_mla_decode(
     num_head_groups = cdiv(num_heads, _MAX_HEADS_PER_PROGRAM)
     heads = cdiv(num_heads, num_head_groups)
     invariant = _config.is_batch_invariant()
+    if SM90_GLUON and not invariant and max_blocks * block_size >= _GLUON_MIN_KEYS:
+        from . import mla_sm90
+
+        if mla_sm90.declines(q_latent, q_rope, kv_cache) is None:
+            # split like the Triton kernel (one program per SM: 230 KB of shared memory each)
+            split_tokens, num_splits, write_partial = _plan_splits(
+                q_latent.device, num_tokens * num_head_groups, 1, max_blocks * block_size, mla_sm90.TILE_N,
+                num_tokens * num_heads * (latent + 1) * 4, split_tokens,
+            )
+            if num_splits == 1:
+                return mla_sm90.prepare(scale=scale, causal=causal, split_tokens=_NO_SPLIT)
+            if write_partial:
+                return mla_sm90.prepare(
+                    scale=scale, causal=causal, split_tokens=split_tokens,
+                    workspace=_Workspace(True, num_tokens, num_splits, num_heads, latent, q_latent.device),
+                    combine=_combine(split_tokens, num_splits, num_tokens, num_seqs, num_heads, latent, False,
+                                     seq_lens, query_start_loc, out, lse),
+                )
     if invariant and split_tokens is None:
         split_tokens = _INVARIANT_SPLIT_TOKENS
     # Query tokens a program holds: 1 for decode (and always in batch-invariant mode), else the
@@ -521,21 +550,8 @@ def prepare_mla_decode(
         SCORES=scores, HEAD_GROUP_FASTEST=head_group_fastest,
         num_warps=num_warps, num_stages=num_stages,
     )
-    l_pad = _pad(latent)
-    combine_grid, blocking = _combine_blocking(num_tokens, num_heads, l_pad, num_splits, device)
-    combine = launcher(
-        _combine_kernel, combine_grid,
-        split_tokens=split_tokens, long_split_tokens=split_tokens, long_from=_NO_SPLIT,
-        num_splits=num_splits, num_tokens=num_tokens, num_seqs=num_seqs,
-        num_heads=num_heads,
-        stride_sl=ssl, stride_qsl=sqsl,
-        stride_po_tok=po_strides[0], stride_po_split=po_strides[1], stride_po_head=po_strides[2],
-        stride_pl_tok=pl_strides[0], stride_pl_split=pl_strides[1],
-        stride_o_tok=so[0], stride_o_head=so[1],
-        stride_lse_tok=lse_strides[0], stride_lse_head=lse_strides[1],
-        HEAD_SIZE_V=latent, DV_PAD=l_pad,
-        HAS_SINKS=False, IS_FP8=is_fp8, HAS_LSE=lse is not None, MERGE_GROUP=_MERGE_GROUP, **blocking,
-    )
+    combine = _combine(split_tokens, num_splits, num_tokens, num_seqs, num_heads, latent, is_fp8, seq_lens,
+                       query_start_loc, out, lse)
 
     def run(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, options):
         part_out, part_lse = workspace.tensors(out) if write_partial else (out, out)
@@ -546,15 +562,46 @@ def prepare_mla_decode(
             block_table_ptr=block_table, seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc,
             out_ptr=out, lse_ptr=lse_t, kv_scale_ptr=kv_scale, part_out_ptr=part_out, part_lse_ptr=part_lse,
         )
-        if not write_partial:
-            return
-        combine(
-            q_latent, part_out_ptr=part_out, part_lse_ptr=part_lse, seq_lens_ptr=seq_lens,
-            query_start_loc_ptr=query_start_loc, sinks_ptr=q_latent, v_scale_ptr=kv_scale,
-            out_ptr=out, lse_ptr=lse_t,
-        )
+        if write_partial:
+            combine(q_latent, part_out, part_lse, seq_lens, query_start_loc, out, lse, kv_scale)
 
     return run
+
+
+def _combine(split_tokens: int, num_splits: int, num_tokens: int, num_seqs: int, num_heads: int, latent: int,
+             is_fp8: bool, seq_lens: Tensor, query_start_loc: Tensor, out: Tensor, lse: Tensor | None):
+    """The combine kernel's launch for a plan's split partials (``_Workspace``, splits of
+    ``split_tokens`` keys): ``combine(q_latent, part_out, part_lse, seq_lens, query_start_loc, out,
+    lse, kv_scale=None)`` merges them into ``out`` and ``lse`` (None: not stored)."""
+    device, has_lse = out.device, lse is not None
+    po_strides = contiguous_strides(num_tokens, num_splits, num_heads, latent)[:3]
+    pl_strides = contiguous_strides(num_tokens, num_splits, num_heads)[:2]
+    so, lse_strides = out.stride(), lse.stride() if has_lse else (0, 0)
+    l_pad = _pad(latent)
+    combine_grid, blocking = _combine_blocking(num_tokens, num_heads, l_pad, num_splits, device)
+    launch = launcher(
+        _combine_kernel, combine_grid,
+        split_tokens=split_tokens, long_split_tokens=split_tokens, long_from=_NO_SPLIT,
+        num_splits=num_splits, num_tokens=num_tokens, num_seqs=num_seqs,
+        num_heads=num_heads,
+        stride_sl=seq_lens.stride(0), stride_qsl=query_start_loc.stride(0),
+        stride_po_tok=po_strides[0], stride_po_split=po_strides[1], stride_po_head=po_strides[2],
+        stride_pl_tok=pl_strides[0], stride_pl_split=pl_strides[1],
+        stride_o_tok=so[0], stride_o_head=so[1],
+        stride_lse_tok=lse_strides[0], stride_lse_head=lse_strides[1],
+        HEAD_SIZE_V=latent, DV_PAD=l_pad,
+        HAS_SINKS=False, IS_FP8=is_fp8, HAS_LSE=has_lse, MERGE_GROUP=_MERGE_GROUP, **blocking,
+    )
+
+    def combine(q_latent, part_out, part_lse, seq_lens, query_start_loc, out, lse, kv_scale=None):
+        launch(
+            q_latent, part_out_ptr=part_out, part_lse_ptr=part_lse, seq_lens_ptr=seq_lens,
+            query_start_loc_ptr=query_start_loc, sinks_ptr=q_latent,
+            v_scale_ptr=kv_scale if kv_scale is not None else q_latent,
+            out_ptr=out, lse_ptr=lse if has_lse else out,
+        )
+
+    return combine
 
 
 def _nothing(*args) -> None:

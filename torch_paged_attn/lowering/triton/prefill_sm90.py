@@ -47,11 +47,13 @@ FlashInfer), chunked 4 x 512 on 4096 287.8 us (``benchmarks/RESULTS.md``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
+from ._launch import launch as kernel_launch
 from . import paged_attention as pa
 from ._softmax import LN2, LOG2E
 
@@ -479,13 +481,17 @@ if gluon is not None:
         mbarrier.invalidate(tail_bar.index(0))
 
 
+@functools.lru_cache(maxsize=None)
+def _smem_layout(box: int, dtype: torch.dtype):
+    return gl.NVMMASharedLayout.get_default_for([box, 64], gl.bfloat16 if dtype == torch.bfloat16 else gl.float16)
+
+
 def descriptors(key_cache: Tensor, value_cache: Tensor) -> tuple:
     """The TMA descriptors of the two caches for this kernel (host side; built per call, a few
-    microseconds, next to a prefill kernel's hundreds)."""
+    microseconds with the layout cached)."""
     num_blocks, block_size, num_kv_heads, head_size = key_cache.shape
     box = min(block_size, TILE_N)
-    dtype = gl.bfloat16 if key_cache.dtype == torch.bfloat16 else gl.float16
-    layout = gl.NVMMASharedLayout.get_default_for([box, 64], dtype)
+    layout = _smem_layout(box, key_cache.dtype)
     rows, width = num_blocks * block_size, num_kv_heads * head_size
     return tuple(TensorDescriptor(c.view(rows, width), [rows, width], [width, 1], [box, 64], layout)
                  for c in (key_cache, value_cache))
@@ -505,11 +511,14 @@ def _launch(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_table: 
     kv_groups = num_kv_heads * num_head_groups
     num_work = kv_groups * num_q_blocks
     grid = (min(num_work, pa._num_sms(query.device)),)
-    _prefill_sm90_kernel[grid](
-        query, k_desc, v_desc, block_table, seq_lens, query_start_loc, out, lse if lse is not None else out,
-        float(scale), num_tokens, num_seqs, num_blocks, max_blocks, num_q_blocks, kv_groups, num_work,
-        query.stride(0), query.stride(1), block_table.stride(0), block_table.stride(1), seq_lens.stride(0),
-        query_start_loc.stride(0), out.stride(0), out.stride(1), lse_strides[0], lse_strides[1],
+    kernel_launch(_prefill_sm90_kernel, grid, query)(  # the cached launcher (see mla_sm90.launch)
+        query_ptr=query, k_desc=k_desc, v_desc=v_desc, block_table_ptr=block_table, seq_lens_ptr=seq_lens,
+        query_start_loc_ptr=query_start_loc, out_ptr=out, lse_ptr=lse if lse is not None else out,
+        scale=float(scale), num_tokens=num_tokens, num_seqs=num_seqs, num_blocks=num_blocks, max_blocks=max_blocks,
+        num_q_blocks=num_q_blocks, kv_groups=kv_groups, num_work=num_work, stride_q_tok=query.stride(0),
+        stride_q_head=query.stride(1), stride_bt_seq=block_table.stride(0), stride_bt_block=block_table.stride(1),
+        stride_sl=seq_lens.stride(0), stride_qsl=query_start_loc.stride(0), stride_o_tok=out.stride(0),
+        stride_o_head=out.stride(1), stride_lse_tok=lse_strides[0], stride_lse_head=lse_strides[1],
         GROUP=num_heads // num_kv_heads, HEADS=heads, NUM_HEAD_GROUPS=num_head_groups, BLOCK_Q=block_q,
         HEAD_SIZE=head_size, BLOCK_SIZE=block_size, BOX=min(block_size, TILE_N), STAGES=STAGES,
         CAUSAL=bool(causal), HAS_LSE=lse is not None, CONSUMER_REGS=REGS_CONSUMER,
