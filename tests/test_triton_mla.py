@@ -846,8 +846,9 @@ def test_gluon_mla_graph_and_compile_cuda(sms: str, gluon_mla, monkeypatch) -> N
         return torch_paged_attn.mla_decode(ql, qr, kv, bt, sl, qsl, scale=static.scale)
 
     eager = public(*static.args())
-    # compiled afresh: the plan depends on the SM count patched here, which compiled-graph
-    # caches (Dynamo's, Inductor's and AOTAutograd's on-disk ones) do not key on
+    # compiled afresh: both variants compile this closure on equal inputs, and Dynamo's cache (on
+    # the code object, guarded on the inputs) would serve the second the first one's plan, made
+    # under the other SM count (only the op's body reads it)
     torch._dynamo.reset()
     with fresh_inductor_cache():
         compiled = torch.compile(public, fullgraph=True)(*static.args())
