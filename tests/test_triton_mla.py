@@ -700,6 +700,51 @@ def one_sm(monkeypatch) -> None:
     monkeypatch.setattr(tpa, "_num_sms", lambda device: 1)
 
 
+def test_gluon_mla_planning(monkeypatch) -> None:
+    """Which calls the Gluon kernel is planned for and how they split (no launch; any machine):
+    a batch that fills 132 SMs unsplit, one token split into at most 132 programs of whole
+    64-key tiles with a workspace and a combine, forced splits rounded up to the tile, and the
+    Triton kernel for tables under ``_GLUON_MIN_KEYS`` keys, in batch-invariant mode and where the
+    workspace would pass its cap."""
+    from torch_paged_attn.lowering.triton import mla_sm90
+
+    plans = []
+    monkeypatch.setattr(tmla, "SM90_GLUON", True)
+    monkeypatch.setattr(mla_sm90, "declines", lambda *a: None)
+    monkeypatch.setattr(mla_sm90, "prepare", lambda **k: plans.append(k) or "gluon")
+    monkeypatch.setattr(tpa, "_num_sms", lambda device: 132)
+
+    def plan(tokens: int, heads: int, keys: int, block_size: int = 64, **options):
+        ql, qr = torch.empty(tokens, heads, 512, dtype=BF16), torch.empty(tokens, heads, 64, dtype=BF16)
+        cache = torch.empty(4, block_size, 576, dtype=BF16)
+        table = torch.zeros(tokens, -(-keys // block_size), dtype=torch.int32)
+        lens, qsl = torch.full((tokens,), keys, dtype=torch.int32), torch.arange(tokens + 1, dtype=torch.int32)
+        plans.clear()
+        tmla.prepare_mla_decode(ql, qr, cache, table, lens, qsl, torch.empty_like(ql), torch.empty(tokens, heads),
+                                scale=0.1, causal=True, kv_scale=None, **options)
+        return plans[-1] if plans else None
+
+    unsplit = plan(64, 128, 4096)  # 128 programs
+    assert unsplit is not None and unsplit["split_tokens"] == tpa._NO_SPLIT and "workspace" not in unsplit
+    for tokens, heads, keys in ((1, 128, 32768), (1, 64, 512), (8, 128, 8192), (33, 64, 4096)):
+        p = plan(tokens, heads, keys)
+        assert p is not None and p["workspace"] is not None and p["combine"] is not None, (tokens, heads, keys)
+        splits = -(-keys // p["split_tokens"])
+        assert p["split_tokens"] % mla_sm90.TILE_N == 0 and p["split_tokens"] >= 2 * mla_sm90.TILE_N
+        assert 1 < splits and tokens * (heads // 64) * splits <= 132, (tokens, heads, keys, p["split_tokens"])
+    assert plan(8, 128, 4096, split_tokens=100)["split_tokens"] == 128
+    assert plan(8, 128, 4096, split_tokens=4096)["split_tokens"] == tpa._NO_SPLIT  # one split: none
+    # the floor is on the table's capacity (its blocks times the block size), a shape
+    low = tmla._GLUON_MIN_KEYS
+    assert plan(64, 128, low) is not None and plan(64, 128, low - 63) is not None
+    assert plan(64, 128, low - 64) is None and plan(64, 128, low - 8, block_size=8) is None
+    with _config.batch_invariant(True):
+        assert plan(1, 128, 32768) is None
+    # over the workspace cap: 32 splits of 64 tokens x 128 heads (538 MB of partials), 16,384 of
+    # one token (4.3 GB)
+    assert plan(64, 128, 4096, split_tokens=128) is None and plan(1, 128, 2**20, split_tokens=64) is None
+
+
 # 128 and 64 heads, block sizes 64 / 16 / 8, decode (lengths 0, 1, BS +- 1, several tiles) and
 # speculative tokens (causal and not), padding tokens (NaN queries), fp16, no LSE, a latent of 256;
 # forced splits of one and two tiles
