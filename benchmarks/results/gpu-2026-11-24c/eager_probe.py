@@ -12,7 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 sys.path[:0] = [os.path.join(ROOT, "benchmarks"), ROOT]
 import mla_decode as M  # noqa: E402
 import torch_paged_attn as tpa  # noqa: E402
-from torch_paged_attn.lowering.triton import mla_sm90  # noqa: E402
+from torch_paged_attn.lowering.triton import _sm90, mla_sm90  # noqa: E402
 from torch_paged_attn.lowering.triton import paged_attention as tpk  # noqa: E402
 
 dev = torch.device("cuda")
@@ -47,7 +47,7 @@ for s in (M.Shape("B64_ctx4096_H128", 64, 4096, 128), M.Shape("B1_ctx32768_H128"
     lse = torch.empty(T, s.num_heads, device=dev)
     op = lambda: tpa.mla_decode(*x.args(), scale=sc, causal=True, kv_scale=None)
     direct = lambda: mla_sm90.launch(*x.args(), out, lse, sc, True, tpk._NO_SPLIT)
-    desc = lambda: mla_sm90.descriptor(x.kv_cache)
+    desc = lambda: _sm90.descriptor(x.kv_cache, 64)
     print(f"{s.name}: op host {host_us(op):.1f} us, GPU (events, synced) {gpu_us(op):.1f} us; "
           f"direct launch host {host_us(direct):.1f} us, GPU {gpu_us(direct):.1f} us; "
           f"descriptor host {host_us(desc):.1f} us", flush=True)

@@ -33,7 +33,7 @@ import triton.language as tl
 from torch import Tensor
 
 from ... import _config
-from ._launch import cdiv, contiguous_strides, launcher, next_power_of_2, same_as
+from ._launch import cdiv, launcher, next_power_of_2, same_as
 from ._softmax import LOG2E, merge_partial, merged_to_output, softmax_step, state_to_partial
 from .paged_attention import (
     _INVARIANT_SPLIT_TOKENS,
@@ -54,7 +54,6 @@ from .paged_attention import (
     _load_rows,
     _pad,
     _plan_splits,
-    _num_sms,
 )
 
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -473,11 +472,11 @@ def prepare_mla_decode(
             if num_splits == 1:
                 return mla_sm90.prepare(scale=scale, causal=causal, split_tokens=_NO_SPLIT)
             if write_partial:
+                workspace = _Workspace(True, num_tokens, num_splits, num_heads, latent, q_latent.device)
                 return mla_sm90.prepare(
-                    scale=scale, causal=causal, split_tokens=split_tokens,
-                    workspace=_Workspace(True, num_tokens, num_splits, num_heads, latent, q_latent.device),
-                    combine=_combine(split_tokens, num_splits, num_tokens, num_seqs, num_heads, latent, False,
-                                     seq_lens, query_start_loc, out, lse),
+                    scale=scale, causal=causal, split_tokens=split_tokens, workspace=workspace,
+                    combine=_combine(workspace, split_tokens, num_splits, num_tokens, num_seqs, num_heads, latent,
+                                     False, seq_lens, query_start_loc, out, lse),
                 )
     if invariant and split_tokens is None:
         split_tokens = _INVARIANT_SPLIT_TOKENS
@@ -550,8 +549,8 @@ def prepare_mla_decode(
         SCORES=scores, HEAD_GROUP_FASTEST=head_group_fastest,
         num_warps=num_warps, num_stages=num_stages,
     )
-    combine = _combine(split_tokens, num_splits, num_tokens, num_seqs, num_heads, latent, is_fp8, seq_lens,
-                       query_start_loc, out, lse)
+    combine = _combine(workspace, split_tokens, num_splits, num_tokens, num_seqs, num_heads, latent, is_fp8,
+                       seq_lens, query_start_loc, out, lse)
 
     def run(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, options):
         part_out, part_lse = workspace.tensors(out) if write_partial else (out, out)
@@ -568,14 +567,14 @@ def prepare_mla_decode(
     return run
 
 
-def _combine(split_tokens: int, num_splits: int, num_tokens: int, num_seqs: int, num_heads: int, latent: int,
-             is_fp8: bool, seq_lens: Tensor, query_start_loc: Tensor, out: Tensor, lse: Tensor | None):
-    """The combine kernel's launch for a plan's split partials (``_Workspace``, splits of
-    ``split_tokens`` keys): ``combine(q_latent, part_out, part_lse, seq_lens, query_start_loc, out,
-    lse, kv_scale=None)`` merges them into ``out`` and ``lse`` (None: not stored)."""
+def _combine(workspace: _Workspace, split_tokens: int, num_splits: int, num_tokens: int, num_seqs: int,
+             num_heads: int, latent: int, is_fp8: bool, seq_lens: Tensor, query_start_loc: Tensor, out: Tensor,
+             lse: Tensor | None):
+    """The combine kernel's launch for the partials in ``workspace`` (splits of ``split_tokens``
+    keys): ``combine(q_latent, part_out, part_lse, seq_lens, query_start_loc, out, lse,
+    kv_scale=None)`` merges them into ``out`` and ``lse`` (None: not stored)."""
     device, has_lse = out.device, lse is not None
-    po_strides = contiguous_strides(num_tokens, num_splits, num_heads, latent)[:3]
-    pl_strides = contiguous_strides(num_tokens, num_splits, num_heads)[:2]
+    po_strides, pl_strides = workspace.po_strides, workspace.pl_strides
     so, lse_strides = out.stride(), lse.stride() if has_lse else (0, 0)
     l_pad = _pad(latent)
     combine_grid, blocking = _combine_blocking(num_tokens, num_heads, l_pad, num_splits, device)

@@ -50,11 +50,10 @@ tile's softmax with the other's products (FlashMLA's two tiles per pair, one per
 
 from __future__ import annotations
 
-import functools
-
 import torch
 from torch import Tensor
 
+from . import _sm90
 from ._launch import launch as kernel_launch
 
 try:  # Gluon ships with Triton >= 3.5
@@ -63,7 +62,6 @@ try:  # Gluon ships with Triton >= 3.5
     from triton.experimental.gluon.language.nvidia.hopper import (
         fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait,
     )
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gluon = None
 
@@ -82,10 +80,9 @@ REGS_PRODUCER = 24
 
 def declines(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor) -> str | None:
     """Why this kernel does not take the call (None: it takes it). Static facts only."""
-    if gluon is None:
-        return "Gluon is not available in this Triton"
-    if q_latent.device.type != "cuda" or torch.cuda.get_device_capability(q_latent.device) != (9, 0):
-        return "not an sm_90 device"
+    reason = _sm90.unavailable(q_latent)
+    if reason:
+        return reason
     if q_latent.dtype not in (torch.bfloat16, torch.float16) or q_rope.dtype != q_latent.dtype \
             or kv_cache.dtype != q_latent.dtype:
         return "dtype: bf16/fp16 queries and cache of the same dtype only"
@@ -95,13 +92,9 @@ def declines(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor) -> str | None:
     num_heads = q_latent.shape[1]
     if num_heads % HEADS:
         return "heads: a multiple of 64"
-    num_blocks, block_size, _ = kv_cache.shape
-    if block_size < 8 or block_size & (block_size - 1):
-        return "block size: a power of two >= 8"
-    if not kv_cache.is_contiguous() or kv_cache.storage_offset() * kv_cache.element_size() % 16:
-        return "cache: contiguous, 16-byte aligned"
-    if num_blocks * block_size >= 2**31 - 64:
-        return "cache rows: under 2^31"
+    reason = _sm90.cache_declines((kv_cache,))
+    if reason:
+        return reason
     if q_latent.stride(2) != 1 or q_rope.stride(2) != 1:
         return "queries: contiguous last dimension"
     return None
@@ -237,11 +230,9 @@ if gluon is not None:
                                                            instr_shape=[16, 32, 16])
         o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, 64, 16])
-        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
         row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
         orow_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
         io_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-        dtype: gl.constexpr = q_latent_ptr.dtype.element_ty
 
         # -- Q [64 heads, L + R] into shared memory: this warpgroup's share of the chunks --
         offs_h = head0 + gl.arange(0, _ROWS, layout=gl.SliceLayout(1, io_layout))
@@ -396,21 +387,6 @@ if gluon is not None:
         ], [4, 1], [CONSUMER_REGS, REGS_PRODUCER])
 
 
-@functools.lru_cache(maxsize=None)
-def _smem_layout(box: int, dtype: torch.dtype):
-    return gl.NVMMASharedLayout.get_default_for([box, 64], gl.bfloat16 if dtype == torch.bfloat16 else gl.float16)
-
-
-def descriptor(kv_cache: Tensor):
-    """The TMA descriptor of the latent cache for this kernel (host side, per call: 3.6 us with
-    the layout cached, 14.6 us without; 2-core CI host)."""
-    num_blocks, block_size, width = kv_cache.shape
-    box = min(block_size, TILE_N)
-    rows = num_blocks * block_size
-    return TensorDescriptor(kv_cache.view(rows, width), [rows, width], [width, 1], [box, 64],
-                            _smem_layout(box, kv_cache.dtype))
-
-
 def launch(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: Tensor, seq_lens: Tensor,
            query_start_loc: Tensor, out: Tensor, lse: Tensor | None, scale: float, causal: bool,
            split_tokens: int) -> None:
@@ -432,7 +408,7 @@ def launch(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: Tens
         so = (out.stride(0), 0, out.stride(1))
         sl = (lse.stride(0), 0, lse.stride(1)) if lse is not None else (0, 0, 0)
     kernel_launch(_mla_sm90_kernel, (num_tokens, num_heads // HEADS, num_splits), q_latent)(
-        q_latent_ptr=q_latent, q_rope_ptr=q_rope, kv_desc=descriptor(kv_cache), block_table_ptr=block_table,
+        q_latent_ptr=q_latent, q_rope_ptr=q_rope, kv_desc=_sm90.descriptor(kv_cache, min(block_size, TILE_N)), block_table_ptr=block_table,
         seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc, out_ptr=out,
         lse_ptr=lse if lse is not None else out, scale=float(scale), num_tokens=num_tokens, num_seqs=num_seqs,
         num_blocks=num_blocks, max_blocks=max_blocks, split_tokens=split_tokens,

@@ -47,14 +47,14 @@ FlashInfer), chunked 4 x 512 on 4096 287.8 us (``benchmarks/RESULTS.md``).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
-from ._launch import launch as kernel_launch
+from . import _sm90
 from . import paged_attention as pa
+from ._launch import launch as kernel_launch
 from ._softmax import LN2, LOG2E
 
 try:  # Gluon ships with Triton >= 3.5; without it this kernel declines every call
@@ -63,7 +63,6 @@ try:  # Gluon ships with Triton >= 3.5; without it this kernel declines every ca
     from triton.experimental.gluon.language.nvidia.hopper import (
         fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait,
     )
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gluon = None
 
@@ -88,24 +87,18 @@ def declines(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_m: int
              sinks: Tensor | None, attention_chunk_size: int) -> str | None:
     """Why this kernel does not take a call that ``prefill`` plans with ``block_m`` rows a program
     (None: it takes it). Static facts only: device, dtypes, sizes, strides, the options."""
-    if gluon is None:
-        return "Gluon is not available in this Triton"
-    if query.device.type != "cuda" or torch.cuda.get_device_capability(query.device) != (9, 0):
-        return "not an sm_90 device"
+    reason = _sm90.unavailable(query)
+    if reason:
+        return reason
     if query.dtype not in (torch.bfloat16, torch.float16) or key_cache.dtype != query.dtype \
             or value_cache.dtype != query.dtype:
         return "dtype: bf16/fp16 queries and caches of the same dtype only"
     head_size, head_size_v = query.shape[2], value_cache.shape[3]
     if head_size != head_size_v or head_size not in (64, 128):
         return "head sizes 64 and 128 (K and V alike) only"
-    num_blocks, block_size, num_kv_heads, _ = key_cache.shape
-    if block_size < 8 or block_size & (block_size - 1):
-        return "block size: a power of two >= 8 only"
-    for cache in (key_cache, value_cache):  # storages start 16-byte aligned (the caching allocator's 512)
-        if not cache.is_contiguous() or cache.storage_offset() * cache.element_size() % 16:
-            return "caches: contiguous, 16-byte aligned storage only"
-    if num_blocks * block_size >= 2**31 - 64:
-        return "cache rows: under 2^31 (TMA coordinates are int32)"
+    reason = _sm90.cache_declines((key_cache, value_cache))
+    if reason:
+        return reason
     if query.stride(2) != 1:
         return "query: contiguous head dimension only"
     if (window_left >= 0 or window_right >= 0 or attention_chunk_size > 0 or softcap > 0
@@ -481,22 +474,6 @@ if gluon is not None:
         mbarrier.invalidate(tail_bar.index(0))
 
 
-@functools.lru_cache(maxsize=None)
-def _smem_layout(box: int, dtype: torch.dtype):
-    return gl.NVMMASharedLayout.get_default_for([box, 64], gl.bfloat16 if dtype == torch.bfloat16 else gl.float16)
-
-
-def descriptors(key_cache: Tensor, value_cache: Tensor) -> tuple:
-    """The TMA descriptors of the two caches for this kernel (host side; built per call, a few
-    microseconds with the layout cached)."""
-    num_blocks, block_size, num_kv_heads, head_size = key_cache.shape
-    box = min(block_size, TILE_N)
-    layout = _smem_layout(box, key_cache.dtype)
-    rows, width = num_blocks * block_size, num_kv_heads * head_size
-    return tuple(TensorDescriptor(c.view(rows, width), [rows, width], [width, 1], [box, 64], layout)
-                 for c in (key_cache, value_cache))
-
-
 def _launch(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_table: Tensor, seq_lens: Tensor,
             query_start_loc: Tensor, out: Tensor, lse: Tensor | None, scale: float, causal: bool,
             rows: tuple[int, int, int, int]) -> None:
@@ -506,7 +483,8 @@ def _launch(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_table: 
     num_seqs, max_blocks = block_table.shape
     _, block_q, heads, num_head_groups = rows
     num_q_blocks = num_tokens // block_q + num_seqs + 1
-    k_desc, v_desc = descriptors(key_cache, value_cache)
+    box = min(block_size, TILE_N)
+    k_desc, v_desc = _sm90.descriptor(key_cache, box), _sm90.descriptor(value_cache, box)
     lse_strides = lse.stride() if lse is not None else (0, 0)
     kv_groups = num_kv_heads * num_head_groups
     num_work = kv_groups * num_q_blocks
