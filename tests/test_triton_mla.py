@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import zlib
 from dataclasses import dataclass, replace
 
@@ -558,18 +559,21 @@ def test_merge_paths_bitwise_cuda(monkeypatch) -> None:
     check_merge_paths_bitwise("cuda", replace(_BASE, **_MTP, split_tokens=512), monkeypatch)
 
 
-@gpu_tier
-def test_cuda_graph_replay_and_no_host_sync() -> None:
-    """Capture once (sync-debug "error"), rewrite lengths, table and cache in place, replay: each
-    replay equals the truth of the new contents."""
-    static = make_batch(replace(_BASE, q_lens=(1, 1, 1, 1), kv_lens=(1300,) * 4, cache_dtype=E4M3), "cuda", 0)
-    out = torch.full((4, 16, 512), float("nan"), dtype=BF16, device="cuda")
-    lse = torch.full((4, 16), float("nan"), device="cuda")
+def check_graph_replays(base: Case, ran=None) -> MlaBatch:
+    """Capture one call of 4 decode tokens over ``base``'s cache kind (after an eager call, which
+    ``ran()`` may check, and one more under sync-debug "error"), rewrite lengths, table, queries
+    and cache in place (the cache poisoned with NaN first), replay: each replay equals the truth of
+    the new contents. Returns the static batch, holding the last contents."""
+    static = make_batch(replace(base, q_lens=(1,) * 4, kv_lens=(1300,) * 4), "cuda", 0)
+    out = torch.full((4, base.num_heads, base.latent), float("nan"), dtype=base.dtype, device="cuda")
+    lse = torch.full((4, base.num_heads), float("nan"), device="cuda")
 
     def call():
         tmla.mla_decode(*static.args(), out, lse, scale=static.scale, causal=True, kv_scale=static.kv_scale)
 
     call()  # compile outside the capture
+    if ran is not None:
+        ran()
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
@@ -580,20 +584,30 @@ def test_cuda_graph_replay_and_no_host_sync() -> None:
     finally:
         torch.cuda.set_sync_debug_mode("default")
     for seed, kv_lens in ((1, (30, 1270, 0, 5)), (2, (1, 2, 3, 1100))):
-        new = make_batch(replace(_BASE, q_lens=(1, 1, 1, 1), kv_lens=kv_lens, cache_dtype=E4M3), "cuda", seed)
+        new = make_batch(replace(base, q_lens=(1,) * 4, kv_lens=kv_lens), "cuda", seed)
         static.block_table.fill_(-1)
         static.block_table[:, : new.block_table.shape[1]].copy_(new.block_table[:, : static.block_table.shape[1]])
         static.seq_lens.copy_(new.seq_lens)
         static.q_latent.copy_(new.q_latent)
         static.q_rope.copy_(new.q_rope)
-        static.kv_cache.view(torch.uint8).fill_(0x7F)
+        if base.cache_dtype in FP8_DTYPES:
+            static.kv_cache.view(torch.uint8).fill_(0x7F)
+            static.kv_scale.copy_(new.kv_scale)
+        else:
+            static.kv_cache.fill_(float("nan"))
         n = min(new.kv_cache.shape[0], static.kv_cache.shape[0])
         static.kv_cache[:n].copy_(new.kv_cache[:n])
-        static.kv_scale.copy_(new.kv_scale)
         out.fill_(float("nan"))
         lse.fill_(float("nan"))
         graph.replay()
-        check(static, out, lse, True, BF16)
+        check(static, out, lse, True, base.dtype)
+    return static
+
+
+@gpu_tier
+def test_cuda_graph_replay_and_no_host_sync() -> None:
+    """``check_graph_replays`` on an fp8 cache (the Triton kernel: 16 heads)."""
+    check_graph_replays(replace(_BASE, cache_dtype=E4M3))
 
 
 @gpu_tier
@@ -818,8 +832,6 @@ def test_gluon_mla_kernel_fuzz_cuda(family: int, gluon_mla, monkeypatch) -> None
     (causal or not), lengths 0, 1, BS +- 1 and up to 3000 keys, padding tokens, with or without
     the LSE; half the families planned on one SM (unsplit), half for this GPU or with forced
     splits of 1-4 tiles; against the float64 loop."""
-    import random
-
     rng = random.Random(400000 + family)
     if family % 2 == 0:
         one_sm(monkeypatch)
@@ -855,37 +867,11 @@ def test_gluon_mla_graph_and_compile_cuda(sms: str, gluon_mla, monkeypatch) -> N
 
     if sms == "one_sm":
         one_sm(monkeypatch)
-    static = make_batch(replace(_BASE, q_lens=(1,) * 4, kv_lens=(1300,) * 4, num_heads=128), "cuda", 0)
-    out = torch.full((4, 128, 512), float("nan"), dtype=BF16, device="cuda")
-    lse = torch.full((4, 128), float("nan"), device="cuda")
 
-    def call():
-        tmla.mla_decode(*static.args(), out, lse, scale=static.scale, causal=True, kv_scale=None)
+    def ran() -> None:
+        assert gluon_mla, "the Gluon MLA kernel did not run"
 
-    call()
-    assert gluon_mla, "the Gluon MLA kernel did not run"
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            call()
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    for seed, kv_lens in ((1, (30, 1270, 0, 5)), (2, (1, 2, 3, 1100))):
-        new = make_batch(replace(_BASE, q_lens=(1,) * 4, kv_lens=kv_lens, num_heads=128), "cuda", seed)
-        static.block_table.fill_(-1)
-        static.block_table[:, : new.block_table.shape[1]].copy_(new.block_table[:, : static.block_table.shape[1]])
-        static.seq_lens.copy_(new.seq_lens)
-        static.q_latent.copy_(new.q_latent)
-        static.q_rope.copy_(new.q_rope)
-        static.kv_cache.fill_(float("nan"))
-        n = min(new.kv_cache.shape[0], static.kv_cache.shape[0])
-        static.kv_cache[:n].copy_(new.kv_cache[:n])
-        out.fill_(float("nan"))
-        lse.fill_(float("nan"))
-        graph.replay()
-        check(static, out, lse, True, BF16)
+    static = check_graph_replays(replace(_BASE, num_heads=128), ran)
 
     def public(ql, qr, kv, bt, sl, qsl):
         return torch_paged_attn.mla_decode(ql, qr, kv, bt, sl, qsl, scale=static.scale)

@@ -238,12 +238,17 @@ def _bad_block_ids(batch: PagedBatch) -> None:
             batch.block_table[i, (7 * i) % used] = bad[i % len(bad)]
 
 
-def check_bad_block_ids(device: str) -> None:
-    case = Case((1, 3, 1, 2), (100, 50, 64, 7), block_size=8, sinks=True)
+def check_bad_block_ids(device: str, case: Case | None = None, splits=(None, 64), ran=None) -> None:
+    """Ids outside ``[0, NB)`` planted in ``case``'s table (``_bad_block_ids``), run unsplit and
+    split at each of ``splits``: finite outputs equal to the reference's; ``ran()`` (optional)
+    checks which kernel took the calls."""
+    case = case or Case((1, 3, 1, 2), (100, 50, 64, 7), block_size=8, sinks=True)
     batch, options = make_inputs(case, device, seed=11)
     _bad_block_ids(batch)
-    for split in (None, 64):
+    for split in splits:
         out, lse = run_triton(batch, options, split_tokens=split)
+        if ran is not None:
+            ran()
         assert torch.isfinite(out).all() and not torch.isnan(lse).any()
         # the reference reads keys of bad blocks as not visible: the same defined answer
         check_against_reference(batch, options, out, lse, case.dtype)
