@@ -8,8 +8,8 @@ median), then for each shape of the table (DeepSeek-V2/V3 decode: latent 512 + r
 queries, block 64, cache bf16 unless the name says fp8) times every contender:
 
     torch_paged_attn        this project (mla_decode: absorbed queries, one read of each cache row)
-    torch_paged_attn[gluon] the same with the Gluon sm_90 kernel switched on (``mla.SM90_GLUON``;
-                            the Triton kernel where it declines a call)
+    torch_paged_attn[triton] the same with the Gluon sm_90 kernel switched off (``mla.SM90_GLUON``):
+                            the Triton MLA kernel for every call
     flashinfer_mla          flashinfer.mla.BatchMLAPagedAttentionWrapper (FA3-style kernel on
                             Hopper; bf16 and fp8 e4m3 caches), planned outside timing, reading our
                             cache through [..., :L] / [..., L:] views
@@ -44,7 +44,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(HERE)]  # the harness, and the checkout (also when not pip-installed)
 import _harness as H  # noqa: E402
-from paged_attention import Contender, Unavailable, _max_err, _reason  # noqa: E402
+from paged_attention import Contender, Unavailable, _max_err, _reason, gluon_kernel_context  # noqa: E402
 
 import torch_paged_attn as tpa  # noqa: E402
 
@@ -164,36 +164,14 @@ def gather_einsum_call(s: Shape, x: Inputs, dtype: torch.dtype | None = None) ->
     return out.reshape(-1, s.num_heads, s.latent)
 
 
-_GLUON_DEFAULT: list = []  # the library's own choice, read before any contender changes it
-
-
-def _gluon_choice(gluon: bool | None) -> Callable[[], None]:
-    """Sets ``mla.SM90_GLUON`` (None: the library's default) before each call, dropping the plans
-    made under the other choice when it changes (between contenders, not between calls)."""
-    from torch_paged_attn import lowering
-    from torch_paged_attn.lowering.triton import mla
-
-    if not _GLUON_DEFAULT:
-        _GLUON_DEFAULT.append(getattr(mla, "SM90_GLUON", False))
-    want = _GLUON_DEFAULT[0] if gluon is None else gluon
-    if want and not hasattr(mla, "SM90_GLUON"):
-        raise Unavailable("no Gluon MLA kernel in this version")
-
-    def choose() -> None:
-        if getattr(mla, "SM90_GLUON", False) != want:
-            mla.SM90_GLUON = want
-            lowering._CHOICES.clear()
-
-    return choose
-
-
 def ours(s: Shape, copies: list[Inputs], device: torch.device, gluon: bool | None = None) -> Contender:
-    choose = _gluon_choice(gluon)
+    """This project's op; ``gluon``: the MLA kernel (``paged_attention.gluon_kernel_context``)."""
+    kernel = gluon_kernel_context("mla", gluon)
 
     def make(x: Inputs):
         def run():
-            choose()
-            return tpa.mla_decode(*x.args(), scale=_scale(s), causal=True, kv_scale=x.kv_scale)[0]
+            with kernel():
+                return tpa.mla_decode(*x.args(), scale=_scale(s), causal=True, kv_scale=x.kv_scale)[0]
 
         return run
 
@@ -296,7 +274,7 @@ def flashinfer_mla(s: Shape, copies: list[Inputs], device: torch.device) -> Cont
 
 CONTENDERS: dict[str, Callable[[Shape, list[Inputs], torch.device], Contender]] = {
     "torch_paged_attn": ours,
-    "torch_paged_attn[gluon]": lambda s, c, d: ours(s, c, d, gluon=True),
+    "torch_paged_attn[triton]": lambda s, c, d: ours(s, c, d, gluon=False),
     "flashinfer_mla": flashinfer_mla,
     "gather+einsum": gather_einsum,
     "flash_attn_4(qv)": flash_attn_4_qv,

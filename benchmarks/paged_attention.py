@@ -284,38 +284,44 @@ def backend_context(name: str) -> Callable[[], Any]:
     return lambda: tpa.backend(name)
 
 
-_PREFILL_DEFAULT: list = []  # the library's own choice, read once before any contender changes it
+_GLUON_DEFAULTS: dict[str, bool] = {}  # the library's own choices, read once before any contender changes them
 
 
-def prefill_kernel_context(gluon: bool | None) -> Callable[[], Any]:
-    """The Triton backend's prefill kernel for the calls after it: the Gluon sm_90 kernel
-    (``lowering/triton/prefill_sm90.py``) where ``gluon`` and it takes the call, else the Triton
-    one; None: the library's default. Plans made under the other choice are dropped when the
-    choice changes (between contenders, not between calls)."""
+def gluon_kernel_context(module: str, gluon: bool | None) -> Callable[[], Any]:
+    """A context, entered around each call, choosing the Triton backend's Gluon sm_90 kernel of
+    ``torch_paged_attn.lowering.triton.<module>`` (its ``SM90_GLUON``) where ``gluon`` and it
+    takes the call, else the Triton one; None: the library's default. Plans made under the other
+    choice are dropped when the choice changes (between contenders, not between calls)."""
     try:
+        import importlib
+
         from torch_paged_attn import lowering
-        from torch_paged_attn.lowering.triton import prefill
+
+        kernels = importlib.import_module(f"torch_paged_attn.lowering.triton.{module}")
     except ImportError:
         if gluon:
-            raise Unavailable("no Triton prefill kernels") from None
+            raise Unavailable(f"no Triton {module} kernels") from None
         return contextlib.nullcontext
-    if not hasattr(prefill, "SM90_GLUON"):
+    if not hasattr(kernels, "SM90_GLUON"):
         if gluon:
-            raise Unavailable("no Gluon prefill kernel in this version")
+            raise Unavailable(f"no Gluon {module} kernel in this version")
         return contextlib.nullcontext
-    if not _PREFILL_DEFAULT:
-        _PREFILL_DEFAULT.append(prefill.SM90_GLUON)
-    if gluon is None:
-        gluon = _PREFILL_DEFAULT[0]
+    default = _GLUON_DEFAULTS.setdefault(module, kernels.SM90_GLUON)
+    want = default if gluon is None else gluon
 
     @contextlib.contextmanager
     def choice():
-        if prefill.SM90_GLUON != gluon:
-            prefill.SM90_GLUON = gluon
+        if kernels.SM90_GLUON != want:
+            kernels.SM90_GLUON = want
             lowering._CHOICES.clear()
         yield
 
     return choice
+
+
+def prefill_kernel_context(gluon: bool | None) -> Callable[[], Any]:
+    """The prefill kernel for the calls after it (``gluon_kernel_context``)."""
+    return gluon_kernel_context("prefill", gluon)
 
 
 def ours(s: Shape, copies: list[PagedBatch], batch_invariant: bool = False, backend: str = "triton",
