@@ -132,12 +132,14 @@ _CONFIGS = {
 _FP8_CONFIGS = {**_CONFIGS, 16: (64, 4, 1, 2, "keys", "queries")}
 # Calls ``mla_sm90`` takes (sm_90, bf16/fp16 caches, 64-head groups, a contiguous cache; not in
 # batch-invariant mode) whose block tables cover at least _GLUON_MIN_KEYS keys run that Gluon
-# kernel, split like this one's (one program an SM). H100, CUDA-graph replays, us (Triton ->
-# Gluon; benchmarks/results/gpu-2026-11-24c/mla-probe-split2.txt): B64 x 4096 H128 251.5 -> 170.8,
-# B1 x 32768 H128 51.7 -> 42.3, B8 x 8192 H128 75.0 -> 57.2, B64 x 4096 H64 152.7 -> 133.7,
-# B64 x 1024 H128 70.7 -> 57.0, 2 tokens B64 x 4096 H128 486.6 -> 351.1; but B64 x 256 H128
-# 24.9 -> 28.2 (a program's fixed cost: 72 KiB of queries into shared memory, four tiles to
-# amortise it), hence the floor, where the two lines cross (about 400 keys).
+# kernel, split like this one's (one program an SM; at multiples of its pair of tiles). H100,
+# CUDA-graph replays, us (Triton -> Gluon, the paired-tile schedule;
+# benchmarks/results/gpu-2026-11-24d/logs/seesaw-probe-v1.txt): B64 x 4096 H128 253.0 -> 152.6,
+# B1 x 32768 H128 51.4 -> 43.1, B8 x 8192 H128 76.9 -> 56.4, B64 x 4096 H64 152.8 -> 133.8,
+# B64 x 1024 H128 72.0 -> 54.1, B64 x 512 H128 42.7 -> 38.8, 2 tokens B64 x 4096 H128 488.3 ->
+# 315.4; but B64 x 256 H128 24.9 -> 28.2 with the kernel before it (gpu-2026-11-24c/
+# mla-probe-split2.txt: a program's fixed cost, 72 KiB of queries into shared memory, four tiles
+# to amortise it), hence the floor, where the two lines crossed (about 400 keys).
 SM90_GLUON = True
 _GLUON_MIN_KEYS = 512
 # Heads one program holds (the M dimension of the dots is at most 64 rows).
@@ -466,7 +468,7 @@ def prepare_mla_decode(
         if mla_sm90.declines(q_latent, q_rope, kv_cache) is None:
             # split like the Triton kernel (one program per SM: 230 KB of shared memory each)
             split_tokens, num_splits, write_partial = _plan_splits(
-                q_latent.device, num_tokens * num_head_groups, 1, max_blocks * block_size, mla_sm90.TILE_N,
+                q_latent.device, num_tokens * num_head_groups, 1, max_blocks * block_size, mla_sm90.SPLIT_KEYS,
                 num_tokens * num_heads * (latent + 1) * 4, split_tokens,
             )
             if num_splits == 1:

@@ -1,6 +1,6 @@
 """MLA decode on Hopper (sm_90) in Gluon for 64-head groups: the latent tile loaded once by TMA,
-both wgmma products split between two warpgroups without doing either twice, split-KV for
-small batches.
+both wgmma products split between two warpgroups without doing either twice, tiles taken in pairs
+so that one warpgroup's softmax runs beside the other's products, split-KV for small batches.
 
 Computes what ``mla._mla_kernel`` computes (absorbed MLA decode: every head attends to the rows
 ``[c | k_pe]`` of a paged latent cache, the latent ``c`` is the value too) for the calls it takes
@@ -9,43 +9,55 @@ is a multiple of 128 and rope 64), 64 heads a program (``H`` a multiple of 64), 
 are powers of two >= 8, a contiguous cache, no fp8; ``mla.prepare_mla_decode`` also keeps it off
 batch-invariant mode and tables under ``mla._GLUON_MIN_KEYS`` keys, and plans its splits.
 
-The split of the work follows FlashMLA's reasoning (the [64, 512] float32 accumulator does not
-fit one warpgroup beside the scores): of each 64-key tile, warpgroup w computes the scores of keys
-``[32 w, 32 w + 32)`` over all 576 columns (``S_w = Q [c | k_pe]_w^T``, Q from shared memory) and
-accumulates output columns ``[256 w, 256 w + 256)`` of all 64 keys (``O_w += P c[:, cols_w]``).
-The two exchange through shared memory, per tile: their row maxima (so both use one running max),
-then their halves of P (bf16, 4 KiB each); each keeps its own partial row sum, added at the end.
-So each warpgroup issues 9 score wgmmas of N = 32 and 8 value wgmmas of K = 32, N = 64 a tile,
-and neither the latent tile nor any product is computed twice. A producer warp issues the TMA
-copies (one box of ``min(BS, 64)`` rows x 64 columns a copy; a block id outside ``[0, NB)`` or a
-page past the sequence reads zeros from past the cache's last row), ``STAGES`` tiles ahead.
+Schedule (FlashMLA's "seesaw"): the [64, 512] float32 output does not fit one warpgroup beside
+the scores, so the left warpgroup holds output columns ``[0, L / 2)`` and the right one ``[L / 2,
+L)``. The 64-key tiles go in pairs: the left one computes ``S_0 = Q K_0^T`` of tile 2i, the right
+one ``S_1`` of tile 2i + 1 (each N = 64 over all 576 columns, Q from shared memory), and with one
+running max ``m`` shared through shared memory:
 
-One tile at a time: scores, softmax, values, then the stage goes back to the producer. Issuing
-tile j + 1's scores before tile j's values (FlashAttention-3's order) kept two stages busy, so
-the producer could load tile j + 2 only once tile j's values were done: the consumers waited on
-TMA (Nsight Compute, B64 x 4096 H128: 21 % of warp samples at the consumers' waits for loaded
-tiles) and the kernel took 234-247 us; one tile at a time, 169-173 us; tile j's values issued
-before tile j + 1's scores (the stage released after the values, the softmax alone on the
-critical path), 180-183 (H100, CUDA-graph replays; benchmarks/results/gpu-2026-11-24c/).
+- left: ``m_0 = max(m, rowmax S_0)`` published, ``P_0 = exp(S_0 - m_0)``, ``O_L = O_L s_0 + P_0
+  V_0L`` (``s_0 = exp(m - m_0)``, P_0 from registers);
+- right: ``m_1 = max(m_0, rowmax S_1)`` published, ``P_1 = exp(S_1 - m_1)`` into shared memory,
+  ``O_R = O_R s_0 s_1 + P_1 V_1R`` (``s_1 = exp(m_0 - m_1)``);
+- left: ``P_0 s_1`` into shared memory (tile 2i's rope chunk, which only its scores read), then
+  ``O_L = O_L s_1 + P_1 V_1L``; right: ``O_R += (P_0 s_1) V_0R``.
+
+Each warpgroup keeps its own partial row sum (the left ``(l s_0 + sum P_0) s_1``, the right ``l
+s_0 s_1 + sum P_1``), added at the end. A producer warp issues the TMA copies (one box of
+``min(BS, 64)`` rows x 64 columns a copy; a block id outside ``[0, NB)`` or a page past the
+sequence reads zeros from past the cache's last row). Tile 2i lives in stage 0 and 2i + 1 in
+stage 1; each stage has three chunk groups (left value chunks, right value chunks, rope) with a
+ready and an empty barrier each, and a group is refilled for the next pair as soon as its last
+reader is done with it, in that order: stage 1's rope (after the right's scores), stage 0's left
+chunks (after ``P_0 V_0L``), stage 1's right chunks (after ``P_1 V_1R``), stage 0's right chunks
+and rope (after ``P_0 V_0R``), stage 1's left chunks (after ``P_1 V_1L``); each warpgroup's scores
+take its tile's chunks in the order they arrive. A pair's odd tile past the last key (an odd
+number of tiles) is masked out like any key past the end.
+
+H100, B64 x 4096 H128, CUDA-graph replays (benchmarks/results/gpu-2026-11-24d/): 152.6 us (479
+TFLOP/s) against 170.1 for the kernel before it (one tile at a time, each warpgroup the scores of
+32 keys, N = 32 wgmmas bound by shared-memory bandwidth). Nsight Compute of this kernel: the
+consumers' largest waits are for the two groups freed last in a pair (stage 0's right chunks,
+freed by the right's ``P_0 V_0R``, which the left's next scores need; stage 1's left chunks,
+freed by the left's ``P_1 V_1L``, which the right's need): 12 % of their warp samples, with 216
+KiB of the 227 in two stages and Q, no room for a third. One barrier per 64-column chunk (158.2
+us) and the consumers issuing the copies themselves without a producer warp (155.6) measured no
+better; the stage indices are computed from the loop counter (``i >> 30``, always 0) so that the
+compiler forms the wgmma descriptors where they are used instead of hoisting 30 of them out of the
+loop and spilling them (393 spill instructions otherwise).
 
 Split-KV (``launch`` with 4-D ``out``): program (token, head group, split) covers keys
-``[split * split_tokens, +split_tokens)`` (a multiple of the tile) and writes the normalised
-partial output and its log2 LSE (0 and -inf for no keys) for ``mla``'s combine kernel.
+``[split * split_tokens, +split_tokens)`` (a multiple of the tile; ``mla`` plans multiples of a
+pair, ``SPLIT_KEYS``) and writes the normalised partial output and its log2 LSE (0 and -inf for
+no keys) for ``mla``'s combine kernel.
 
 Layouts: q_latent/out ``[T, H, L]``, q_rope ``[T, H, R]`` (any strides, last one 1), kv_cache
 ``[NB, BS, L + R]`` contiguous (a 2-D ``[NB * BS, L + R]`` TMA view); partials ``[T, S, H, L]``
 and ``[T, S, H]`` float32. Grid: (token, head group, split), one program an item. Shared memory:
-Q ``64 x (L + R) x 2`` + ``STAGES x 64 x (L + R) x 2`` + P ``64 x 64 x 2`` bytes (216 KiB + 8 KiB
-at 576 columns and 2 stages): one program an SM. Bytes moved: ``sum_t seq_len_t * G * (L + R) *
-cache_bytes`` (G head groups; the second group's reads mostly from L2) + ``T * H * (2L + R) *
-q_bytes`` (+ ``T * S * H * (L + 1) * 8`` for the partials, written and read once).
-
-Where the time goes (B64 x 4096 H128, 172 us, FlashInfer 136 us; Nsight Compute, one launch):
-each tile's chain of scores (N = 32 wgmmas read 3 KiB of shared memory per 16 tensor cycles:
-bound by shared-memory bandwidth, not the tensor cores), two barrier exchanges and the values
-leaves the tensor pipe about 44 % busy and 0.47 warps eligible per scheduler; overlapping one
-tile's softmax with the other's products (FlashMLA's two tiles per pair, one per warpgroup, N =
-64 scores) is what would close it.
+Q ``64 x (L + R) x 2`` + ``2 x 64 x (L + R) x 2`` + P_1 ``64 x 64 x 2`` bytes (216 KiB + 8 KiB at
+576 columns): one program an SM. Bytes moved: ``sum_t seq_len_t * G * (L + R) * cache_bytes`` (G
+head groups; the second group's reads mostly from L2) + ``T * H * (2L + R) * q_bytes`` (+ ``T * S
+* H * (L + 1) * 8`` for the partials, written and read once).
 """
 
 from __future__ import annotations
@@ -67,13 +79,14 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
-TILE_N = 64  # keys a tile (32 each warpgroup's scores)
+TILE_N = 64  # keys a tile (one warpgroup's scores)
 HEADS = 64  # rows a program
-STAGES = 2  # latent tiles in flight (72 KiB each at 576 columns; the most that fit beside Q)
-NUM_WARPS = 4  # the first consumer warpgroup; the second and the producer warp are added
-# The second consumer warpgroup's registers. H100, B64 x 4096 H128, CUDA-graph replays: 172.6 us at
-# 224, 174.9 at 208 (mla-probe-split2.txt); sm_90 SASS (Triton 3.6): 9 spill instructions (scalars,
-# outside the tile loop) at 224, 27 at 208.
+SPLIT_KEYS = 2 * TILE_N  # splits at multiples of a pair of tiles (a split's last pair is then whole)
+NUM_WARPS = 4  # the left warpgroup; the right one and the producer warp are added
+# The right warpgroup's registers (the left one gets 256). H100, B64 x 4096 H128, CUDA-graph
+# replays: 156.6 us at 224, 156.7 at 240 (gpu-2026-11-24d/logs/seesaw-probe-v1.txt); sm_90 SASS
+# (Triton 3.6): no spill in the right one's loop at 224, one spill pair in the left one's tail
+# zeroing branch.
 REGS_CONSUMER = 224
 REGS_PRODUCER = 24
 
@@ -106,6 +119,10 @@ if gluon is not None:
     _LOG2E = gl.constexpr(LOG2E)
     _LN2 = gl.constexpr(LN2)
     REGS_PRODUCER = gl.constexpr(REGS_PRODUCER)
+    # barrier index of a stage's chunk group: stage * 3 + group
+    _A = gl.constexpr(0)  # the left value chunks (output columns [0, L / 2))
+    _B = gl.constexpr(1)  # the right value chunks
+    _R = gl.constexpr(2)  # the rope chunk (then, in stage 0, the left warpgroup's P for the right one)
 
     @gluon.jit
     def _page_row(key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks, BLOCK_SIZE: gl.constexpr):
@@ -117,124 +134,99 @@ if gluon is not None:
         return gl.where(ok, blk * BLOCK_SIZE + key0 % BLOCK_SIZE, num_blocks * BLOCK_SIZE)
 
     @gluon.jit
-    def _producer(kv_desc, kv_smem, ready, empty, key_lo, n_tiles, seq_row_ptr, stride_bt_block, num_pages,
-                  num_blocks, CHUNKS: gl.constexpr, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr,
-                  STAGES: gl.constexpr):
-        """One warp: the latent tiles, ``STAGES`` ahead, each stage refilled once both warpgroups
-        released it."""
-        PAGES: gl.constexpr = _TILE // BOX
-        nbytes: gl.constexpr = _TILE * 64 * 2 * CHUNKS
-        for j in range(n_tiles):
-            stage = j % STAGES
-            mbarrier.wait(empty.index(stage), ((j // STAGES) & 1) ^ 1)
-            mbarrier.expect(ready.index(stage), nbytes)
-            for i in gl.static_range(PAGES):
-                row = _page_row(key_lo + j * _TILE + i * BOX, seq_row_ptr, stride_bt_block, num_pages, num_blocks, BLOCK_SIZE)
-                for c in gl.static_range(CHUNKS):
-                    tma.async_copy_global_to_shared(kv_desc, [row, c * 64], ready.index(stage),
-                                                    kv_smem.index(stage * CHUNKS + c).slice(i * BOX, BOX))
+    def _load(kv_desc, kv_smem, bar, stage: gl.constexpr, c0: gl.constexpr, n: gl.constexpr, key0, seq_row_ptr,
+              stride_bt_block, num_pages, num_blocks, CHUNKS: gl.constexpr, BLOCK_SIZE: gl.constexpr,
+              BOX: gl.constexpr):
+        """Chunks ``[c0, c0 + n)`` of the 64-key tile from ``key0`` into ``stage``, one TMA box of
+        ``BOX`` rows x 64 columns a page and chunk, completing on ``bar``."""
+        mbarrier.expect(bar, _TILE * 64 * 2 * n)
+        for i in gl.static_range(_TILE // BOX):
+            row = _page_row(key0 + i * BOX, seq_row_ptr, stride_bt_block, num_pages, num_blocks, BLOCK_SIZE)
+            for c in gl.static_range(n):
+                tma.async_copy_global_to_shared(kv_desc, [row, (c0 + c) * 64], bar,
+                                                kv_smem.index(stage * CHUNKS + c0 + c).slice(i * BOX, BOX))
 
     @gluon.jit
-    def _scores(q_smem, kv_smem, stage, wg: gl.constexpr, s_layout: gl.constexpr, CHUNKS: gl.constexpr):
-        """Issue ``S_w`` [64, 32] of the tile in ``stage``: warpgroup ``wg``'s 32 keys over all
-        ``64 CHUNKS`` columns (asynchronous; the caller waits)."""
-        s = gl.zeros([_ROWS, 32], gl.float32, s_layout)
-        for c in gl.static_range(CHUNKS):
-            s = warpgroup_mma(q_smem.index(c), kv_smem.index(stage * CHUNKS + c).slice(wg * 32, 32).permute((1, 0)),
-                              s, use_acc=c > 0, is_async=True)
+    def _producer(kv_desc, kv_smem, ready, empty, key_lo, n_pairs, seq_row_ptr, stride_bt_block, num_pages,
+                  num_blocks, CHUNKS: gl.constexpr, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr):
+        """One warp: the two tiles of each pair (tile 2i in stage 0, 2i + 1 in stage 1), each
+        chunk group loaded as soon as the consumers free it, in the order they free them."""
+        VCH: gl.constexpr = (CHUNKS - 1) // 2
+        for i in range(n_pairs):
+            e = (i & 1) ^ 1
+            k0 = key_lo + 2 * i * _TILE
+            k1 = k0 + _TILE
+            mbarrier.wait(empty.index(3 + _R), e)  # after the right warpgroup's scores
+            _load(kv_desc, kv_smem, ready.index(3 + _R), 1, 2 * VCH, 1, k1, seq_row_ptr, stride_bt_block, num_pages,
+                  num_blocks, CHUNKS, BLOCK_SIZE, BOX)
+            mbarrier.wait(empty.index(_A), e)  # after the left warpgroup's own values
+            _load(kv_desc, kv_smem, ready.index(_A), 0, 0, VCH, k0, seq_row_ptr, stride_bt_block, num_pages,
+                  num_blocks, CHUNKS, BLOCK_SIZE, BOX)
+            mbarrier.wait(empty.index(3 + _B), e)  # after the right warpgroup's own values
+            _load(kv_desc, kv_smem, ready.index(3 + _B), 1, VCH, VCH, k1, seq_row_ptr, stride_bt_block, num_pages,
+                  num_blocks, CHUNKS, BLOCK_SIZE, BOX)
+            mbarrier.wait(empty.index(_B), e)  # after the right warpgroup's values of tile 2i
+            _load(kv_desc, kv_smem, ready.index(_B), 0, VCH, VCH, k0, seq_row_ptr, stride_bt_block, num_pages,
+                  num_blocks, CHUNKS, BLOCK_SIZE, BOX)
+            mbarrier.wait(empty.index(_R), e)  # (P of tile 2i read)
+            _load(kv_desc, kv_smem, ready.index(_R), 0, 2 * VCH, 1, k0, seq_row_ptr, stride_bt_block, num_pages,
+                  num_blocks, CHUNKS, BLOCK_SIZE, BOX)
+            mbarrier.wait(empty.index(3 + _A), e)  # after the left warpgroup's values of tile 2i + 1
+            _load(kv_desc, kv_smem, ready.index(3 + _A), 1, 0, VCH, k1, seq_row_ptr, stride_bt_block, num_pages,
+                  num_blocks, CHUNKS, BLOCK_SIZE, BOX)
+
+    @gluon.jit
+    def _scores(s, q_smem, kv_smem, stage, c0: gl.constexpr, n: gl.constexpr, CHUNKS: gl.constexpr, z):
+        """Issue ``S += Q[:, chunks] K[:, chunks]^T`` over chunks ``[c0, c0 + n)`` of the tile in
+        ``stage`` (asynchronous; N = 64 keys)."""
+        for c in gl.static_range(n):
+            s = warpgroup_mma(q_smem.index(z + c0 + c), kv_smem.index(stage * CHUNKS + c0 + c).permute((1, 0)), s,
+                              is_async=True)
         return s
 
     @gluon.jit
-    def _softmax(s, t, m_i, l_i, wg: gl.constexpr, mx_smem, mx_bar, seq_row_ptr, stride_bt_block, num_pages,
-                 num_blocks, key_lo, kv_hi, pos, qk_scale, s_layout: gl.constexpr, BLOCK_SIZE: gl.constexpr,
-                 CAUSAL: gl.constexpr):
-        """Tile ``t``'s scores ``s`` (this warpgroup's keys) masked, the tile's row maxima exchanged
-        so both warpgroups share one running max; returns ``(p, m_new, l_new, alpha)``, ``l`` this
-        warpgroup's partial row sum."""
-        keys = key_lo + t * _TILE + wg * 32 + gl.arange(0, 32, layout=gl.SliceLayout(0, s_layout))
+    def _masked(s, key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks, kv_end, acc_layout: gl.constexpr,
+                BLOCK_SIZE: gl.constexpr):
+        """Scores of keys past ``kv_end`` or on pages with an id outside ``[0, num_blocks)`` to -inf."""
+        keys = key0 + gl.arange(0, _TILE, layout=gl.SliceLayout(0, acc_layout))
         page = keys // BLOCK_SIZE
         blk = gl.load(seq_row_ptr + page * stride_bt_block, mask=page < num_pages, other=-1)
-        key_ok = (blk >= 0) & (blk < num_blocks) & (keys < kv_hi)
-        if CAUSAL:
-            key_ok = key_ok & (keys <= pos)
-        s = gl.where(gl.expand_dims(key_ok, 0), s, float("-inf"))
-        m_w = gl.max(s, 1) * qk_scale
-        mx_smem.index(wg).store(m_w)
-        mbarrier.arrive(mx_bar.index(0))
-        mbarrier.wait(mx_bar.index(0), t & 1)
-        m_other = mx_smem.index(1 - wg).load(gl.SliceLayout(1, s_layout))
-        m_new = gl.maximum(m_i, gl.maximum(m_w, m_other))
-        m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)  # no visible key yet: p = 0, not NaN
-        alpha = gl.exp2(m_i - m_ref)
-        p = gl.exp2(s * qk_scale - gl.expand_dims(m_ref, 1))
-        l_new = l_i * alpha + gl.sum(p, 1)
-        return p, m_new, l_new, alpha
+        key_ok = (blk >= 0) & (blk < num_blocks) & (keys < kv_end)
+        return gl.where(gl.expand_dims(key_ok, 0), s, float("-inf"))
 
     @gluon.jit
-    def _publish(p, t, wg: gl.constexpr, p_smem, p_free, p_bar, kv_smem, key_lo, kv_hi, n_tiles, CHUNKS: gl.constexpr,
-                 STAGES: gl.constexpr):
-        """This warpgroup's half of tile ``t``'s P into shared memory once both finished the last
-        P @ V; on the last tile, its half of the value rows past ``kv_hi`` zeroed (the cache may
-        hold NaN there; 0 * NaN is NaN); then both wait for both."""
-        mbarrier.wait(p_free.index(0), (t & 1) ^ 1)
-        p_smem.index(wg).store(p.to(p_smem.dtype))
-        tail = kv_hi - key_lo - t * _TILE
-        if (t == n_tiles - 1) & (tail < _TILE):
+    def _zero_tail(kv_smem, stage, tail, CHUNKS: gl.constexpr):
+        """Value rows ``>= tail`` of the tile in ``stage`` to zero (the cache may hold NaN past a
+        sequence's last key, and 0 * NaN is NaN); the caller fences before a wgmma reads them."""
+        if tail < _TILE:
             zl: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-            zrows = wg * 32 + gl.arange(0, 32, layout=gl.SliceLayout(1, zl))
-            stage = t % STAGES
+            rows = gl.expand_dims(gl.arange(0, _TILE, layout=gl.SliceLayout(1, zl)), 1)
             for c in gl.static_range(CHUNKS - 1):
-                buf = kv_smem.index(stage * CHUNKS + c).slice(wg * 32, 32)
+                buf = kv_smem.index(stage * CHUNKS + c)
                 v = buf.load(zl)
-                buf.store(gl.where(gl.expand_dims(zrows < tail, 1), v, gl.zeros_like(v)))
-        fence_async_shared()
-        mbarrier.arrive(p_bar.index(0))
-        mbarrier.wait(p_bar.index(0), t & 1)
+                buf.store(gl.where(rows < tail, v, gl.zeros_like(v)))
 
     @gluon.jit
-    def _values(o0, o1, o2, o3, alpha, p_smem, kv_smem, stage, wg: gl.constexpr, orow_layout: gl.constexpr,
-                CHUNKS: gl.constexpr, VCH: gl.constexpr):
-        """Rescale this warpgroup's output columns by ``alpha`` and issue ``O_w += P c[:, cols_w]``
-        of the tile in ``stage``: P [64, 64] from shared memory in two K = 32 halves (one from each
-        warpgroup), ``2 VCH`` asynchronous wgmma groups."""
-        a = gl.expand_dims(gl.convert_layout(alpha, orow_layout), 1)
-        o0 = o0 * a
-        o1 = o1 * a
-        o2 = o2 * a
-        o3 = o3 * a
-        base = stage * CHUNKS + wg * VCH
-        for half in gl.static_range(2):
-            ph = p_smem.index(half)
-            o0 = warpgroup_mma(ph, kv_smem.index(base).slice(half * 32, 32), o0, is_async=True)
-            if VCH > 1:
-                o1 = warpgroup_mma(ph, kv_smem.index(base + 1).slice(half * 32, 32), o1, is_async=True)
-            if VCH > 2:
-                o2 = warpgroup_mma(ph, kv_smem.index(base + 2).slice(half * 32, 32), o2, is_async=True)
-            if VCH > 3:
-                o3 = warpgroup_mma(ph, kv_smem.index(base + 3).slice(half * 32, 32), o3, is_async=True)
+    def _values(o0, o1, o2, o3, p, kv_smem, stage, c0: gl.constexpr, VCH: gl.constexpr,
+                CHUNKS: gl.constexpr):
+        """Issue ``O += P V`` into this warpgroup's value chunks ``[c0, c0 + VCH)`` of the tile in
+        ``stage``; ``p`` [64, 64] from registers (a dot operand) or shared memory."""
+        base = stage * CHUNKS + c0
+        o0 = warpgroup_mma(p, kv_smem.index(base), o0, is_async=True)
+        if VCH > 1:
+            o1 = warpgroup_mma(p, kv_smem.index(base + 1), o1, is_async=True)
+        if VCH > 2:
+            o2 = warpgroup_mma(p, kv_smem.index(base + 2), o2, is_async=True)
+        if VCH > 3:
+            o3 = warpgroup_mma(p, kv_smem.index(base + 3), o3, is_async=True)
         return o0, o1, o2, o3
 
     @gluon.jit
-    def _consumer(wg: gl.constexpr, q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, q_smem, kv_smem, p_smem, mx_smem,
-                  l_smem, ready, empty, q_bar, mx_bar, p_bar, p_free, l_bar, seq_row_ptr, stride_bt_block, num_pages,
-                  num_blocks, key_lo, n_tiles, kv_hi, pos, scale, tok, head0,
-                  stride_ql_tok, stride_ql_head, stride_qr_tok, stride_qr_head, stride_o_tok, stride_o_head,
-                  stride_lse_tok, stride_lse_head,
-                  LATENT: gl.constexpr, BLOCK_SIZE: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                  HAS_LSE: gl.constexpr, LSE_UNIT: gl.constexpr):
-        """Warpgroup ``wg``: scores of keys ``[32 wg, 32 wg + 32)`` of each tile, output columns
-        ``[LATENT / 2 * wg, ...)`` of all its keys."""
-        CHUNKS: gl.constexpr = LATENT // 64 + 1  # the latent's 64-column chunks and the rope
-        VCH: gl.constexpr = LATENT // 128  # value chunks of this warpgroup
-        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                           instr_shape=[16, 32, 16])
-        o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                           instr_shape=[16, 64, 16])
-        row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
-        orow_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
+    def _load_q(q_latent_ptr, q_rope_ptr, q_smem, q_bar, wg: gl.constexpr, tok, head0, stride_ql_tok,
+                stride_ql_head, stride_qr_tok, stride_qr_head, LATENT: gl.constexpr):
+        """Q [64 heads, L + R] into shared memory, each warpgroup half of the chunks; both wait."""
+        CHUNKS: gl.constexpr = LATENT // 64 + 1
         io_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-
-        # -- Q [64 heads, L + R] into shared memory: this warpgroup's share of the chunks --
         offs_h = head0 + gl.arange(0, _ROWS, layout=gl.SliceLayout(1, io_layout))
         offs_c = gl.arange(0, 64, layout=gl.SliceLayout(0, io_layout))
         ql_rows = gl.expand_dims(tok.to(gl.int64) * stride_ql_tok + offs_h * stride_ql_head, 1)
@@ -250,56 +242,185 @@ if gluon is not None:
         mbarrier.arrive(q_bar.index(0))
         mbarrier.wait(q_bar.index(0), 0)
 
-        qk_scale = scale * _LOG2E
-        m_i = gl.full([_ROWS], float("-inf"), gl.float32, row_layout)
-        l_i = gl.zeros([_ROWS], gl.float32, row_layout)
-        o0 = gl.zeros([_ROWS, 64], gl.float32, o_layout)
-        o1 = gl.zeros([_ROWS, 64], gl.float32, o_layout)
-        o2 = gl.zeros([_ROWS, 64], gl.float32, o_layout)
-        o3 = gl.zeros([_ROWS, 64], gl.float32, o_layout)
-        # one tile at a time: its stage is released as soon as its values are done, so the
-        # producer loads tile j + 1 (and the next) during all of tile j
-        for j in range(n_tiles):
-            stage = j % STAGES
-            mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
-            s = _scores(q_smem, kv_smem, stage, wg, s_layout, CHUNKS)
-            s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-            p, m_i, l_i, alpha = _softmax(s, j, m_i, l_i, wg, mx_smem, mx_bar, seq_row_ptr, stride_bt_block,
-                                          num_pages, num_blocks, key_lo, kv_hi, pos, qk_scale, s_layout,
-                                          BLOCK_SIZE, CAUSAL)
-            _publish(p, j, wg, p_smem, p_free, p_bar, kv_smem, key_lo, kv_hi, n_tiles, CHUNKS, STAGES)
-            o0, o1, o2, o3 = _values(o0, o1, o2, o3, alpha, p_smem, kv_smem, stage, wg, orow_layout, CHUNKS,
-                                     VCH)
-            o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
-            mbarrier.arrive(p_free.index(0))
-            mbarrier.arrive(empty.index(stage))
-
-        # -- epilogue: l = l_0 + l_1 (both add in that order), out = O / l, lse = (m + log2 l) ln 2 --
+    @gluon.jit
+    def _epilogue(wg: gl.constexpr, o0, o1, o2, o3, m_i, l_i, l_smem, l_bar, out_ptr, lse_ptr, tok, head0,
+                  stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head, acc_layout: gl.constexpr,
+                  LATENT: gl.constexpr, HAS_LSE: gl.constexpr, LSE_UNIT: gl.constexpr):
+        """l = l_0 + l_1 (both add in that order), this warpgroup's columns of O / l, and (the left
+        one) lse = (m + log2 l) * LSE_UNIT."""
+        VCH: gl.constexpr = LATENT // 128
+        row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)
         l_smem.index(wg).store(l_i)
         mbarrier.arrive(l_bar.index(0))
         mbarrier.wait(l_bar.index(0), 0)
         l_tot = l_smem.index(0).load(row_layout) + l_smem.index(1).load(row_layout)
         has_keys = l_tot != 0.0
-        inv_l = gl.convert_layout(gl.where(has_keys, 1.0 / gl.where(has_keys, l_tot, 1.0), 0.0), orow_layout)
-        orows = head0 + gl.arange(0, _ROWS, layout=orow_layout)
-        ocol = gl.arange(0, 64, layout=gl.SliceLayout(0, o_layout))
+        inv_l = gl.expand_dims(gl.where(has_keys, 1.0 / gl.where(has_keys, l_tot, 1.0), 0.0), 1)
+        orows = head0 + gl.arange(0, _ROWS, layout=row_layout)
+        ocol = gl.arange(0, 64, layout=gl.SliceLayout(0, acc_layout))
         o_rows = gl.expand_dims(tok.to(gl.int64) * stride_o_tok + orows * stride_o_head, 1)
-        o_mask = gl.expand_dims(orows >= 0, 1)  # every row, padding tokens' too (0 and -inf: no tiles)
         col0 = wg * (LATENT // 2)
         odt: gl.constexpr = out_ptr.dtype.element_ty
-        scale_rows = gl.expand_dims(inv_l, 1)
-        gl.store(out_ptr + o_rows + gl.expand_dims(col0 + ocol, 0), (o0 * scale_rows).to(odt), mask=o_mask)
+        gl.store(out_ptr + o_rows + gl.expand_dims(col0 + ocol, 0), (o0 * inv_l).to(odt))
         if VCH > 1:
-            gl.store(out_ptr + o_rows + gl.expand_dims(col0 + 64 + ocol, 0), (o1 * scale_rows).to(odt), mask=o_mask)
+            gl.store(out_ptr + o_rows + gl.expand_dims(col0 + 64 + ocol, 0), (o1 * inv_l).to(odt))
         if VCH > 2:
-            gl.store(out_ptr + o_rows + gl.expand_dims(col0 + 128 + ocol, 0), (o2 * scale_rows).to(odt), mask=o_mask)
+            gl.store(out_ptr + o_rows + gl.expand_dims(col0 + 128 + ocol, 0), (o2 * inv_l).to(odt))
         if VCH > 3:
-            gl.store(out_ptr + o_rows + gl.expand_dims(col0 + 192 + ocol, 0), (o3 * scale_rows).to(odt), mask=o_mask)
+            gl.store(out_ptr + o_rows + gl.expand_dims(col0 + 192 + ocol, 0), (o3 * inv_l).to(odt))
         if HAS_LSE:
             if wg == 0:
                 lse = gl.where(has_keys, (m_i + gl.log2(gl.where(has_keys, l_tot, 1.0))) * LSE_UNIT, float("-inf"))
-                mrows = head0 + gl.arange(0, _ROWS, layout=row_layout)
-                gl.store(lse_ptr + tok.to(gl.int64) * stride_lse_tok + mrows * stride_lse_head, lse)
+                gl.store(lse_ptr + tok.to(gl.int64) * stride_lse_tok + orows * stride_lse_head, lse)
+
+    @gluon.jit
+    def _left(q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, q_smem, kv_smem, p1_smem, m_smem, l_smem, ready, empty,
+              q_bar, m0_bar, m1_bar, p0_full, p1_full, p1_free, l_bar, seq_row_ptr, stride_bt_block, num_pages,
+              num_blocks, key_lo, n_pairs, kv_end, scale, tok, head0, stride_ql_tok, stride_ql_head, stride_qr_tok,
+              stride_qr_head, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head,
+              LATENT: gl.constexpr, BLOCK_SIZE: gl.constexpr, HAS_LSE: gl.constexpr, LSE_UNIT: gl.constexpr):
+        """The left warpgroup: scores of tile 2i (stage 0), output columns ``[0, L / 2)``."""
+        CHUNKS: gl.constexpr = LATENT // 64 + 1
+        VCH: gl.constexpr = LATENT // 128
+        acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                             instr_shape=[16, 64, 16])
+        row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+        dtype: gl.constexpr = q_smem.dtype
+        _load_q(q_latent_ptr, q_rope_ptr, q_smem, q_bar, 0, tok, head0, stride_ql_tok, stride_ql_head,
+                stride_qr_tok, stride_qr_head, LATENT)
+        qk_scale = scale * _LOG2E
+        m_i = gl.full([_ROWS], float("-inf"), gl.float32, row_layout)
+        l_i = gl.zeros([_ROWS], gl.float32, row_layout)
+        o0 = gl.zeros([_ROWS, 64], gl.float32, acc_layout)
+        o1 = gl.zeros([_ROWS, 64], gl.float32, acc_layout)
+        o2 = gl.zeros([_ROWS, 64], gl.float32, acc_layout)
+        o3 = gl.zeros([_ROWS, 64], gl.float32, acc_layout)
+        for i in range(n_pairs):
+            ph = i & 1
+            # stage indices the compiler cannot fold (i < 2**30): the wgmma descriptors are then
+            # formed where they are used, not hoisted out of the loop (which spills them)
+            z = i >> 30
+            st0 = z
+            st1 = z + 1
+            key0 = key_lo + 2 * i * _TILE
+            # S_0 = Q K_0^T: the left chunks (loaded first), the right ones, the rope
+            s = gl.zeros([_ROWS, _TILE], gl.float32, acc_layout)
+            mbarrier.wait(ready.index(_A), ph)
+            s = _scores(s, q_smem, kv_smem, st0, 0, VCH, CHUNKS, z)
+            mbarrier.wait(ready.index(_B), ph)
+            s = _scores(s, q_smem, kv_smem, st0, VCH, VCH, CHUNKS, z)
+            mbarrier.wait(ready.index(_R), ph)
+            s = _scores(s, q_smem, kv_smem, st0, 2 * VCH, 1, CHUNKS, z)
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+            s = _masked(s, key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks, kv_end, acc_layout, BLOCK_SIZE)
+            m_new0 = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+            m_smem.index(0).store(m_new0)
+            mbarrier.arrive(m0_bar.index(0))
+            m_ref0 = gl.where(m_new0 == float("-inf"), 0.0, m_new0)  # no visible key yet: p = 0, not NaN
+            scale0 = gl.exp2(m_i - m_ref0)
+            p = gl.exp2(s * qk_scale - gl.expand_dims(m_ref0, 1))
+            l_i = l_i * scale0 + gl.sum(p, 1)
+            _zero_tail(kv_smem, st0, kv_end - key0, CHUNKS)
+            fence_async_shared()
+            a0 = gl.expand_dims(scale0, 1)
+            o0, o1, o2, o3 = o0 * a0, o1 * a0, o2 * a0, o3 * a0
+            o0, o1, o2, o3 = _values(o0, o1, o2, o3, gl.convert_layout(p.to(dtype), p_layout), kv_smem, st0, 0, VCH,
+                                     CHUNKS)
+            # the right warpgroup's max of tile 2i + 1: P_0 rescaled to it goes to the rope chunk
+            mbarrier.wait(m1_bar.index(0), ph)
+            m_new1 = m_smem.index(1).load(row_layout)
+            scale1 = gl.exp2(m_new0 - gl.where(m_new1 == float("-inf"), 0.0, m_new1))
+            a1 = gl.expand_dims(scale1, 1)
+            kv_smem.index(st0 * CHUNKS + 2 * VCH).store((p * a1).to(dtype))
+            fence_async_shared()
+            mbarrier.arrive(p0_full.index(0))
+            l_i = l_i * scale1
+            o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
+            mbarrier.arrive(empty.index(_A))
+            o0, o1, o2, o3 = o0 * a1, o1 * a1, o2 * a1, o3 * a1
+            # O_L += P_1 V_1L, P_1 from the right warpgroup
+            mbarrier.wait(p1_full.index(0), ph)
+            o0, o1, o2, o3 = _values(o0, o1, o2, o3, p1_smem, kv_smem, st1, 0, VCH, CHUNKS)
+            o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
+            mbarrier.arrive(p1_free.index(0))
+            mbarrier.arrive(empty.index(3 + _A))
+            m_i = m_new1
+        _epilogue(0, o0, o1, o2, o3, m_i, l_i, l_smem, l_bar, out_ptr, lse_ptr, tok, head0, stride_o_tok,
+                  stride_o_head, stride_lse_tok, stride_lse_head, acc_layout, LATENT, HAS_LSE, LSE_UNIT)
+
+    @gluon.jit
+    def _right(q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, q_smem, kv_smem, p1_smem, m_smem, l_smem, ready, empty,
+               q_bar, m0_bar, m1_bar, p0_full, p1_full, p1_free, l_bar, seq_row_ptr, stride_bt_block, num_pages,
+               num_blocks, key_lo, n_pairs, kv_end, scale, tok, head0, stride_ql_tok, stride_ql_head, stride_qr_tok,
+               stride_qr_head, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head,
+               LATENT: gl.constexpr, BLOCK_SIZE: gl.constexpr, HAS_LSE: gl.constexpr, LSE_UNIT: gl.constexpr):
+        """The right warpgroup: scores of tile 2i + 1 (stage 1), output columns ``[L / 2, L)``."""
+        CHUNKS: gl.constexpr = LATENT // 64 + 1
+        VCH: gl.constexpr = LATENT // 128
+        acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                             instr_shape=[16, 64, 16])
+        row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+        dtype: gl.constexpr = q_smem.dtype
+        _load_q(q_latent_ptr, q_rope_ptr, q_smem, q_bar, 1, tok, head0, stride_ql_tok, stride_ql_head,
+                stride_qr_tok, stride_qr_head, LATENT)
+        qk_scale = scale * _LOG2E
+        m_i = gl.full([_ROWS], float("-inf"), gl.float32, row_layout)
+        l_i = gl.zeros([_ROWS], gl.float32, row_layout)
+        o0 = gl.zeros([_ROWS, 64], gl.float32, acc_layout)
+        o1 = gl.zeros([_ROWS, 64], gl.float32, acc_layout)
+        o2 = gl.zeros([_ROWS, 64], gl.float32, acc_layout)
+        o3 = gl.zeros([_ROWS, 64], gl.float32, acc_layout)
+        for i in range(n_pairs):
+            ph = i & 1
+            z = i >> 30  # as in _left
+            st0 = z
+            st1 = z + 1
+            key1 = key_lo + (2 * i + 1) * _TILE
+            # S_1 = Q K_1^T: the rope (loaded first), the right chunks, the left ones
+            s = gl.zeros([_ROWS, _TILE], gl.float32, acc_layout)
+            mbarrier.wait(ready.index(3 + _R), ph)
+            s = _scores(s, q_smem, kv_smem, st1, 2 * VCH, 1, CHUNKS, z)
+            mbarrier.wait(ready.index(3 + _B), ph)
+            s = _scores(s, q_smem, kv_smem, st1, VCH, VCH, CHUNKS, z)
+            mbarrier.wait(ready.index(3 + _A), ph)
+            s = _scores(s, q_smem, kv_smem, st1, 0, VCH, CHUNKS, z)
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+            mbarrier.arrive(empty.index(3 + _R))
+            s = _masked(s, key1, seq_row_ptr, stride_bt_block, num_pages, num_blocks, kv_end, acc_layout, BLOCK_SIZE)
+            mbarrier.wait(m0_bar.index(0), ph)
+            m_new0 = m_smem.index(0).load(row_layout)
+            m_new1 = gl.maximum(m_new0, gl.max(s, 1) * qk_scale)
+            m_smem.index(1).store(m_new1)
+            mbarrier.arrive(m1_bar.index(0))
+            m_ref1 = gl.where(m_new1 == float("-inf"), 0.0, m_new1)
+            scale0 = gl.exp2(m_i - gl.where(m_new0 == float("-inf"), 0.0, m_new0))
+            scale1 = gl.exp2(m_new0 - m_ref1)
+            p = gl.exp2(s * qk_scale - gl.expand_dims(m_ref1, 1))
+            l_i = l_i * (scale0 * scale1) + gl.sum(p, 1)
+            _zero_tail(kv_smem, st1, kv_end - key1, CHUNKS)
+            fence_async_shared()
+            a = gl.expand_dims(scale0 * scale1, 1)
+            o0, o1, o2, o3 = o0 * a, o1 * a, o2 * a, o3 * a
+            pt = p.to(dtype)
+            o0, o1, o2, o3 = _values(o0, o1, o2, o3, gl.convert_layout(pt, p_layout), kv_smem, st1, VCH, VCH, CHUNKS)
+            # P_1 for the left warpgroup, once it is done with the last one
+            mbarrier.wait(p1_free.index(0), ph ^ 1)
+            p1_smem.store(pt)
+            fence_async_shared()
+            mbarrier.arrive(p1_full.index(0))
+            o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
+            mbarrier.arrive(empty.index(3 + _B))
+            # O_R += P_0 V_0R, P_0 (rescaled to this max) from the left warpgroup, in stage 0's rope chunk
+            mbarrier.wait(p0_full.index(0), ph)
+            o0, o1, o2, o3 = _values(o0, o1, o2, o3, kv_smem.index(st0 * CHUNKS + 2 * VCH), kv_smem, st0, VCH, VCH, CHUNKS)
+            o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
+            mbarrier.arrive(empty.index(_B))
+            mbarrier.arrive(empty.index(_R))
+            m_i = m_new1
+        _epilogue(1, o0, o1, o2, o3, m_i, l_i, l_smem, l_bar, out_ptr, lse_ptr, tok, head0, stride_o_tok,
+                  stride_o_head, stride_lse_tok, stride_lse_head, acc_layout, LATENT, HAS_LSE, LSE_UNIT)
 
     @gluon.jit(do_not_specialize=["num_tokens", "num_seqs", "max_blocks", "split_tokens"])
     def _mla_sm90_kernel(
@@ -312,7 +433,7 @@ if gluon is not None:
         stride_ql_tok, stride_ql_head, stride_qr_tok, stride_qr_head, stride_bt_seq, stride_bt_block,
         stride_sl, stride_qsl, stride_o_tok, stride_o_split, stride_o_head,
         stride_lse_tok, stride_lse_split, stride_lse_head,
-        LATENT: gl.constexpr, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr, STAGES: gl.constexpr,
+        LATENT: gl.constexpr, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr,
         CAUSAL: gl.constexpr, HAS_LSE: gl.constexpr, LSE_UNIT: gl.constexpr, CONSUMER_REGS: gl.constexpr,
     ):
         CHUNKS: gl.constexpr = LATENT // 64 + 1
@@ -339,51 +460,54 @@ if gluon is not None:
         kv_hi = gl.minimum(seq_len, max_blocks * BLOCK_SIZE)
         if CAUSAL:
             kv_hi = gl.minimum(kv_hi, pos + 1)
-        kv_hi = gl.maximum(kv_hi, 0)
         key_lo = split * split_tokens
-        n_tiles = (gl.maximum(gl.minimum(kv_hi, key_lo + split_tokens) - key_lo, 0) + _TILE - 1) // _TILE
+        kv_end = gl.maximum(gl.minimum(kv_hi, key_lo + split_tokens), key_lo)  # this program's keys end here
+        n_pairs = (kv_end - key_lo + 2 * _TILE - 1) // (2 * _TILE)
         num_pages = gl.minimum((seq_len + BLOCK_SIZE - 1) // BLOCK_SIZE, max_blocks)
         seq_row_ptr = block_table_ptr + seq.to(gl.int64) * stride_bt_seq
 
         smem_layout: gl.constexpr = kv_desc.layout
         q_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
-        p_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=16, rank=2)
         vec_layout: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0])
         q_smem = gl.allocate_shared_memory(dtype, [CHUNKS, _ROWS, 64], q_layout)
-        kv_smem = gl.allocate_shared_memory(dtype, [STAGES * CHUNKS, _TILE, 64], smem_layout)
-        p_smem = gl.allocate_shared_memory(dtype, [2, _ROWS, 32], p_layout)
-        mx_smem = gl.allocate_shared_memory(gl.float32, [2, _ROWS], vec_layout)
+        kv_smem = gl.allocate_shared_memory(dtype, [2 * CHUNKS, _TILE, 64], smem_layout)
+        p1_smem = gl.allocate_shared_memory(dtype, [_ROWS, _TILE], q_layout)
+        m_smem = gl.allocate_shared_memory(gl.float32, [2, _ROWS], vec_layout)
         l_smem = gl.allocate_shared_memory(gl.float32, [2, _ROWS], vec_layout)
-        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        ready = gl.allocate_shared_memory(gl.int64, [6, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [6, 1], mbarrier.MBarrierLayout())
         q_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
-        mx_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
-        p_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
-        p_free = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+        m0_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+        m1_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+        p0_full = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+        p1_full = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+        p1_free = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
         l_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(STAGES):
+        for i in gl.static_range(6):
             mbarrier.init(ready.index(i), count=1)
-            mbarrier.init(empty.index(i), count=2)
+            mbarrier.init(empty.index(i), count=1)
         mbarrier.init(q_bar.index(0), count=2)
-        mbarrier.init(mx_bar.index(0), count=2)
-        mbarrier.init(p_bar.index(0), count=2)
-        mbarrier.init(p_free.index(0), count=2)
+        mbarrier.init(m0_bar.index(0), count=1)
+        mbarrier.init(m1_bar.index(0), count=1)
+        mbarrier.init(p0_full.index(0), count=1)
+        mbarrier.init(p1_full.index(0), count=1)
+        mbarrier.init(p1_free.index(0), count=1)
         mbarrier.init(l_bar.index(0), count=2)
         fence_async_shared()
 
         gl.warp_specialize([
-            (_consumer, (0, q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, q_smem, kv_smem, p_smem, mx_smem, l_smem,
-                         ready, empty, q_bar, mx_bar, p_bar, p_free, l_bar, seq_row_ptr, stride_bt_block, num_pages,
-                         num_blocks, key_lo, n_tiles, kv_hi, pos, scale, tok, head0, stride_ql_tok, stride_ql_head,
-                         stride_qr_tok, stride_qr_head, stride_o_tok, stride_o_head, stride_lse_tok,
-                         stride_lse_head, LATENT, BLOCK_SIZE, STAGES, CAUSAL, HAS_LSE, LSE_UNIT)),
-            (_consumer, (1, q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, q_smem, kv_smem, p_smem, mx_smem, l_smem,
-                         ready, empty, q_bar, mx_bar, p_bar, p_free, l_bar, seq_row_ptr, stride_bt_block, num_pages,
-                         num_blocks, key_lo, n_tiles, kv_hi, pos, scale, tok, head0, stride_ql_tok, stride_ql_head,
-                         stride_qr_tok, stride_qr_head, stride_o_tok, stride_o_head, stride_lse_tok,
-                         stride_lse_head, LATENT, BLOCK_SIZE, STAGES, CAUSAL, HAS_LSE, LSE_UNIT)),
-            (_producer, (kv_desc, kv_smem, ready, empty, key_lo, n_tiles, seq_row_ptr, stride_bt_block, num_pages,
-                         num_blocks, CHUNKS, BLOCK_SIZE, BOX, STAGES)),
+            (_left, (q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, q_smem, kv_smem, p1_smem, m_smem, l_smem, ready, empty,
+                   q_bar, m0_bar, m1_bar, p0_full, p1_full, p1_free, l_bar, seq_row_ptr, stride_bt_block, num_pages,
+                   num_blocks, key_lo, n_pairs, kv_end, scale, tok, head0, stride_ql_tok, stride_ql_head, stride_qr_tok,
+                   stride_qr_head, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head, LATENT, BLOCK_SIZE,
+                   HAS_LSE, LSE_UNIT)),
+            (_right, (q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, q_smem, kv_smem, p1_smem, m_smem, l_smem, ready, empty,
+                   q_bar, m0_bar, m1_bar, p0_full, p1_full, p1_free, l_bar, seq_row_ptr, stride_bt_block, num_pages,
+                   num_blocks, key_lo, n_pairs, kv_end, scale, tok, head0, stride_ql_tok, stride_ql_head, stride_qr_tok,
+                   stride_qr_head, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head, LATENT, BLOCK_SIZE,
+                   HAS_LSE, LSE_UNIT)),
+            (_producer, (kv_desc, kv_smem, ready, empty, key_lo, n_pairs, seq_row_ptr, stride_bt_block, num_pages,
+                         num_blocks, CHUNKS, BLOCK_SIZE, BOX)),
         ], [4, 1], [CONSUMER_REGS, REGS_PRODUCER])
 
 
@@ -416,7 +540,7 @@ def launch(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: Tens
         stride_qr_head=q_rope.stride(1), stride_bt_seq=block_table.stride(0), stride_bt_block=block_table.stride(1),
         stride_sl=seq_lens.stride(0), stride_qsl=query_start_loc.stride(0), stride_o_tok=so[0],
         stride_o_split=so[1], stride_o_head=so[2], stride_lse_tok=sl[0], stride_lse_split=sl[1],
-        stride_lse_head=sl[2], LATENT=latent, BLOCK_SIZE=block_size, BOX=min(block_size, TILE_N), STAGES=STAGES,
+        stride_lse_head=sl[2], LATENT=latent, BLOCK_SIZE=block_size, BOX=min(block_size, TILE_N),
         CAUSAL=bool(causal), HAS_LSE=lse is not None, LSE_UNIT=lse_unit, CONSUMER_REGS=REGS_CONSUMER,
         num_warps=NUM_WARPS,
     )
