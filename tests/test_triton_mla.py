@@ -716,8 +716,9 @@ def one_sm(monkeypatch) -> None:
 
 def test_gluon_mla_planning(monkeypatch) -> None:
     """Which calls the Gluon kernel is planned for and how they split (no launch; any machine):
-    a batch that fills 132 SMs unsplit, one token split into at most 132 programs of whole
-    64-key tiles with a workspace and a combine, forced splits rounded up to the tile, and the
+    a batch that fills 132 SMs unsplit, one token split into at most 132 programs of whole pairs
+    of 64-key tiles (the kernel's unit) with a workspace and a combine, forced splits rounded up to
+    a pair, and the
     Triton kernel for tables under ``_GLUON_MIN_KEYS`` keys, in batch-invariant mode and where the
     workspace would pass its cap."""
     from torch_paged_attn.lowering.triton import mla_sm90
@@ -744,9 +745,12 @@ def test_gluon_mla_planning(monkeypatch) -> None:
         p = plan(tokens, heads, keys)
         assert p is not None and p["workspace"] is not None and p["combine"] is not None, (tokens, heads, keys)
         splits = -(-keys // p["split_tokens"])
-        assert p["split_tokens"] % mla_sm90.TILE_N == 0 and p["split_tokens"] >= 2 * mla_sm90.TILE_N
+        assert mla_sm90.SPLIT_KEYS == 2 * mla_sm90.TILE_N == 128
+        assert p["split_tokens"] % mla_sm90.SPLIT_KEYS == 0 and p["split_tokens"] >= 2 * mla_sm90.SPLIT_KEYS
         assert 1 < splits and tokens * (heads // 64) * splits <= 132, (tokens, heads, keys, p["split_tokens"])
     assert plan(8, 128, 4096, split_tokens=100)["split_tokens"] == 128
+    assert plan(8, 128, 4096, split_tokens=64)["split_tokens"] == 128  # a split's tiles are whole pairs
+    assert plan(8, 128, 4096, split_tokens=129)["split_tokens"] == 256
     assert plan(8, 128, 4096, split_tokens=4096)["split_tokens"] == tpa._NO_SPLIT  # one split: none
     # the floor is on the table's capacity (its blocks times the block size), a shape
     low = tmla._GLUON_MIN_KEYS
