@@ -5,7 +5,13 @@ them on the benchmark shapes, compiled for a GPU architecture on any machine (no
 
 Each shape of ``paged_attention.py`` (decode and prefill) and ``mla_decode.py`` is planned by the
 op's own Triton lowering on meta tensors, with ``--sms`` streaming multiprocessors (132: H100 /
-H200), and its launches are captured instead of run. Every captured launch is compiled by
+H200), and its launches are captured instead of run; for ``--arch 90`` the lowering plans the
+Gluon sm_90 kernels (``prefill_sm90``, ``mla_sm90``) where it would on an sm_90 GPU, and those are
+compiled from their Gluon source (their ``regs`` is the kernel's launch figure; each warpgroup's
+own comes from ``setmaxnreg``, so spills are the column to read; their ``URundef`` also counts
+uniform registers read after a predicated write, which the check does not follow through the
+predicates: 21 such reads in the MLA kernel of main ef06909, correct on the GPU, 51 in its
+successor, so for them it is a lead, not a verdict). Every captured launch is compiled by
 Triton for ``sm_<arch>`` with the specialisation Triton's JIT gives those arguments (integers
 equal to 1 become constants, multiples of 16 and tensors are marked 16-divisible, as for aligned
 tensors), and the cubin is read with the ``cuobjdump`` bundled with Triton. Columns:
@@ -57,7 +63,9 @@ import sass_uniform_check  # noqa: E402
 import tune  # noqa: E402
 
 from torch_paged_attn import lowering  # noqa: E402
+from torch_paged_attn.lowering.triton import _sm90  # noqa: E402
 from torch_paged_attn.lowering.triton import mla as mla_kernel  # noqa: E402
+from torch_paged_attn.lowering.triton import mla_sm90, prefill_sm90  # noqa: E402
 from torch_paged_attn.lowering.triton import paged_attention as attn_kernel  # noqa: E402
 from torch_paged_attn.lowering.triton import prefill as prefill_kernel  # noqa: E402
 from torch_paged_attn.lowering.triton._launch import without_hints  # noqa: E402
@@ -72,12 +80,19 @@ def captured_launches(sms: int, arch: int = 90) -> Iterator[list]:
     ``arch`` and record each launch as ``(kernel, kwargs)`` in the yielded list instead of running it."""
     launches: list = []
     modules = (attn_kernel, mla_kernel)
-    saved = [m.launcher for m in modules], attn_kernel._num_sms, prefill_kernel._capability
+    gluon_modules = (prefill_sm90, mla_sm90)
+    saved = ([m.launcher for m in modules], attn_kernel._num_sms, prefill_kernel._capability,
+             [m.kernel_launch for m in gluon_modules], _sm90.unavailable)
     prefill_kernel._capability = lambda device: divmod(arch, 10)
     for m in modules:
         m.launcher = lambda kernel, grid, **constants: (
             lambda like, _fixed=without_hints(constants), **tensors: launches.append((kernel, {**tensors, **_fixed}))
         )
+    for m in gluon_modules:  # the Gluon kernels' launches (all by keyword), captured the same way
+        m.kernel_launch = lambda kernel, grid, like: (lambda **kwargs: launches.append((kernel, kwargs)))
+    # the Gluon kernels plan on the meta tensors as on an sm_90 GPU (a meta tensor is a plain
+    # eager one, so their runners call the launch directly)
+    _sm90.unavailable = lambda t, _real=saved[4]: None if arch == 90 and t.device.type == "meta" else _real(t)
     attn_kernel._num_sms = lambda device: sms
     lowering._CHOICES.clear()
     try:
@@ -85,8 +100,11 @@ def captured_launches(sms: int, arch: int = 90) -> Iterator[list]:
     finally:
         for m, launcher in zip(modules, saved[0]):
             m.launcher = launcher
+        for m, launch in zip(gluon_modules, saved[3]):
+            m.kernel_launch = launch
         attn_kernel._num_sms = saved[1]
         prefill_kernel._capability = saved[2]
+        _sm90.unavailable = saved[4]
         lowering._CHOICES.clear()
 
 
@@ -150,8 +168,19 @@ def compile_for(kernel, kwargs: dict, arch: int):
             constexprs[(i,)] = spec
         elif isinstance(spec, str) and spec:
             attrs[(i,)] = CUDABackend.parse_attr(spec)
-    return triton.compile(ASTSource(kernel, signature, constexprs, attrs),
+    source = ASTSource
+    if _is_gluon(kernel):
+        from triton.experimental.gluon._runtime import GluonASTSource as source
+    return triton.compile(source(kernel, signature, constexprs, attrs),
                           target=GPUTarget("cuda", arch, 32), options=options)
+
+
+def _is_gluon(kernel) -> bool:
+    try:
+        from triton.experimental.gluon._runtime import GluonJITFunction
+    except ImportError:  # pragma: no cover - depends on the installed Triton
+        return False
+    return isinstance(kernel, GluonJITFunction)
 
 
 def cuobjdump(compiled, flag: str) -> str:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 import pytest
 import torch
 
-pytest.importorskip("triton")
+triton = pytest.importorskip("triton")
 
 import _loop as loop  # noqa: E402
 from test_triton_paged_attention import combine_settings, recorded_combines  # noqa: E402
@@ -698,8 +698,8 @@ def gluon_mla(monkeypatch):
     from torch_paged_attn import lowering
     from torch_paged_attn.lowering.triton import mla_sm90
 
-    if not _CUDA or torch.cuda.get_device_capability() != (9, 0) or mla_sm90.gluon is None:
-        pytest.skip("the Gluon MLA kernel runs on sm_90 with Gluon only")
+    if not _CUDA or mla_sm90._sm90.unavailable(torch.empty(0, device="cuda")):
+        pytest.skip("the Gluon MLA kernel runs on sm_90 with a tested Triton's Gluon only")
     monkeypatch.setattr(tmla, "SM90_GLUON", True)
     monkeypatch.setattr(tmla, "_GLUON_MIN_KEYS", 0)
     monkeypatch.setattr(lowering, "_CHOICES", {})
@@ -712,6 +712,24 @@ def gluon_mla(monkeypatch):
 def one_sm(monkeypatch) -> None:
     """Split planning sees one SM: no call splits its keys unless told to."""
     monkeypatch.setattr(tpa, "_num_sms", lambda device: 1)
+
+
+def test_gluon_kernels_run_on_tested_tritons_only(monkeypatch) -> None:
+    """The Gluon sm_90 kernels decline every call on a Triton they were not run and tested with
+    (Gluon's API moves between releases), naming both versions, and the MLA lowering then plans
+    its Triton kernel; on a tested Triton the device decides."""
+    from torch_paged_attn.lowering.triton import _sm90, mla_sm90
+
+    if _sm90.gl is None:
+        pytest.skip("this Triton has no Gluon")
+    ql, qr = torch.empty(1, 128, 512, dtype=BF16), torch.empty(1, 128, 64, dtype=BF16)
+    monkeypatch.setattr(_sm90, "TESTED_TRITON", frozenset({(3, 6)}))
+    monkeypatch.setattr(_sm90, "TRITON_VERSION", (3, 9))
+    reason = _sm90.unavailable(ql)
+    assert reason is not None and "3.6" in reason and triton.__version__ in reason, reason
+    assert mla_sm90.declines(ql, qr, torch.empty(8, 64, 576, dtype=BF16)) == reason
+    monkeypatch.setattr(_sm90, "TRITON_VERSION", (3, 6))
+    assert _sm90.unavailable(ql) == "not an sm_90 device"
 
 
 def test_gluon_mla_planning(monkeypatch) -> None:

@@ -12,22 +12,44 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Iterable
 
 import torch
+import triton
 from torch import Tensor
 
 try:  # Gluon ships with Triton >= 3.5; without it the Gluon kernels decline every call
     from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import tma as _tma
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    # Names that moved between the Tritons the kernels compile with (3.6, the GPU host's, and
+    # 3.9, checked by compiling for sm_90): the TMA copy of a tile into shared memory (descriptor,
+    # coordinates, barrier, destination), ``async_copy_global_to_shared`` in 3.6, ``async_load``
+    # in 3.9 (which removed the old name);
+    tma_load = getattr(_tma, "async_load", None) or _tma.async_copy_global_to_shared
+    # A barrier of the calling warps (within a warp-specialised partition, its warps):
+    # ``thread_barrier`` in 3.6, ``barrier`` in 3.9.
+    thread_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gl = None
+
+
+# The Tritons (major, minor) whose Gluon the kernels were run and tested with on an H100 (3.6);
+# they compile with 3.9 too (``benchmarks/sass_report.py``, ``tests/test_benchmarks_smoke.py``)
+# but run only once tested: other versions take the Triton kernels.
+TESTED_TRITON = frozenset({(3, 6)})
+TRITON_VERSION = tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", triton.__version__).groups())
 
 
 def unavailable(t: Tensor) -> str | None:
     """Why a Gluon sm_90 kernel cannot run on ``t``'s device (None: it can)."""
     if gl is None:
         return "Gluon is not available in this Triton"
+    if TRITON_VERSION not in TESTED_TRITON:
+        return (f"Gluon kernels tested with Triton {', '.join('%d.%d' % v for v in sorted(TESTED_TRITON))} "
+                f"only (this is {triton.__version__})")
     if t.device.type != "cuda" or torch.cuda.get_device_capability(t.device) != (9, 0):
         return "not an sm_90 device"
     return None

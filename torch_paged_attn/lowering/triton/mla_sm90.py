@@ -72,8 +72,10 @@ try:  # Gluon ships with Triton >= 3.5
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import (
-        fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait,
+        fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_wait,
     )
+
+    from ._sm90 import tma_load
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gluon = None
 
@@ -143,7 +145,7 @@ if gluon is not None:
         for i in gl.static_range(_TILE // BOX):
             row = _page_row(key0 + i * BOX, seq_row_ptr, stride_bt_block, num_pages, num_blocks, BLOCK_SIZE)
             for c in gl.static_range(n):
-                tma.async_copy_global_to_shared(kv_desc, [row, (c0 + c) * 64], bar,
+                tma_load(kv_desc, [row, (c0 + c) * 64], bar,
                                                 kv_smem.index(stage * CHUNKS + c0 + c).slice(i * BOX, BOX))
 
     @gluon.jit

@@ -61,8 +61,10 @@ try:  # Gluon ships with Triton >= 3.5; without it this kernel declines every ca
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import (
-        fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait,
+        fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_wait,
     )
+
+    from ._sm90 import thread_barrier, tma_load
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gluon = None
 
@@ -127,7 +129,7 @@ if gluon is not None:
         for i in gl.static_range(PAGES):
             row = _page_row(start + i * BOX, seq_row_ptr, stride_bt_block, num_pages, num_blocks, BLOCK_SIZE)
             for h in gl.static_range(DH):
-                tma.async_copy_global_to_shared(desc, [row, col + h * 64], ready.index(stage),
+                tma_load(desc, [row, col + h * 64], ready.index(stage),
                                                 smem.index(stage * DH + h).slice(i * BOX, BOX))
 
     @gluon.jit
@@ -335,7 +337,7 @@ if gluon is not None:
                             mask=gl.expand_dims(row_ok, 1), other=0.0)
                 q_smem_all.index(wg * DH + h).store(q)
             fence_async_shared()
-            gl.thread_barrier()
+            thread_barrier()
 
             pos = context + q_block_start + srow // HEADS  # a row's position (rows past BLOCK_Q: not stored)
             m_i = gl.full([64], float("-inf"), gl.float32, row_layout)
@@ -377,7 +379,7 @@ if gluon is not None:
                         v = buf.load(zl)
                         buf.store(gl.where(gl.expand_dims(zrows < tail, 1), v, gl.zeros_like(v)))
                     fence_async_shared()
-                    gl.thread_barrier()
+                    thread_barrier()
                     mbarrier.arrive(tail_bar.index(0))
                     mbarrier.wait(tail_bar.index(0), tails & 1)
                     tails += 1
