@@ -9,9 +9,15 @@
 #
 # Without PART every part runs, in this order. Each part fits in one 10-minute call on one H100 or
 # H200 (2026-11 timings in brackets), for machines lent that long a call:
-#   tests-a      every test file but the four below, fuzz excluded          [~6 min]
+#   tests-a      every test file but the six below, fuzz excluded, with pytest-xdist [~6 min
+#                serially before the Gluon kernels' tests; not timed since]
 #   tests-b      paged attention grid, validation, transformers, FlashAttention backend [~8 min]
-#   fuzz-a fuzz-b fuzz-c   fuzz families 0-12, 13-25, 26-39 (2,000 configurations in all) [~8 min each]
+#   tests-mla    the MLA kernels' and layer's files, fuzz excluded (with pytest-xdist: PYTEST_N
+#                workers, default 8; 353 s at 10 workers, H100, 2026-11-24)
+#   fuzz-a fuzz-b fuzz-c   attention fuzz families 0-12, 13-25, 26-39 (2,000 configurations) [~8 min each]
+#   fuzz-prefill the Triton and Gluon prefill kernels' fuzz, 40 families (with pytest-xdist)
+#   fuzz-mla     the Gluon MLA kernel's fuzz, 20 families, 500 configurations (with pytest-xdist:
+#                254 s at 14 workers, H100, 2026-11-24)
 #   memcheck     compute-sanitizer over the planted-bad-table tests         [~3 min]
 #   attention    benchmarks/paged_attention.py (every contender, FlashInfer included, CUDA-graph and
 #                eager timing), then the plot [~5 min before FlashInfer and eager rows; not yet
@@ -28,13 +34,18 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-benchmarks/results}"; shift || true
 parts=("$@")
-[ ${#parts[@]} -eq 0 ] && parts=(tests-a tests-b fuzz-a fuzz-b fuzz-c memcheck attention other)
+[ ${#parts[@]} -eq 0 ] && parts=(tests-a tests-b tests-mla fuzz-a fuzz-b fuzz-c fuzz-prefill fuzz-mla memcheck attention other)
 mkdir -p "$out"
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())" | tee "$out/env.txt"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv >> "$out/env.txt" 2>&1
 
-SEPARATE=(tests/test_triton_paged_attention.py tests/test_validation.py tests/test_transformers.py tests/test_flash_backend.py)
+SEPARATE=(tests/test_triton_paged_attention.py tests/test_validation.py tests/test_transformers.py tests/test_flash_backend.py
+          tests/test_triton_mla.py tests/test_mla_module.py)
+# pytest-xdist workers for the parts that use them (more than about 10 on one GPU made tests that
+# time or capture CUDA graphs fail by contention, 2026-11-24)
+workers=()
+python3 -c "import xdist" 2>/dev/null && workers=(-n "${PYTEST_N:-8}")
 ATTENTION_FUZZ=tests/test_triton_paged_attention.py::test_attention_fuzz_cuda
 
 pytest_log() {  # pytest_log NAME ARGS...: the run's log under $out, its last lines on stdout
@@ -58,11 +69,14 @@ for part in "${parts[@]}"; do
         for f in tests/test_*.py; do
             [[ " ${SEPARATE[*]} " == *" $f "* ]] || others+=("$f")
         done
-        pytest_log tests-a -m "not fuzz" "${others[@]}" ;;
-    tests-b) pytest_log tests-b -m "not fuzz" "${SEPARATE[@]}" ;;
+        pytest_log tests-a "${workers[@]}" -m "not fuzz" "${others[@]}" ;;
+    tests-b) pytest_log tests-b -m "not fuzz" "${SEPARATE[@]:0:4}" ;;
+    tests-mla) pytest_log tests-mla "${workers[@]}" -m "not fuzz" tests/test_triton_mla.py tests/test_mla_module.py ;;
     fuzz-a) fuzz fuzz-a 0 12 ;;
     fuzz-b) fuzz fuzz-b 13 25 ;;
     fuzz-c) fuzz fuzz-c 26 39 ;;
+    fuzz-prefill) pytest_log fuzz-prefill "${workers[@]}" -m fuzz tests/test_triton_prefill.py ;;
+    fuzz-mla) pytest_log fuzz-mla "${workers[@]}" -m fuzz tests/test_triton_mla.py ;;
     memcheck)
         echo "== compute-sanitizer memcheck: planted bad block tables and slots =="
         compute-sanitizer --tool memcheck --error-exitcode 7 python3 -m pytest -q -p no:cacheprovider \
@@ -98,16 +112,17 @@ for part in "${parts[@]}"; do
             echo "ncu $name exit code: $?"
             grep -E "^  [_a-z]+kernel|Duration|DRAM Throughput|Compute \(SM\) Throughput|dram__bytes_read.sum|lts__t_sector_hit|Registers Per|Achieved Occupancy|Issue Slots Busy" "$out/ncu-$name.txt" | head -24
         }
-        profile prefill _prefill_kernel 1 prefill_B4_q2048
-        profile chunked _prefill_kernel 1 chunked_prefill_B4_q512_ctx4096
-        profile mla-h128 _mla_kernel 1 B64_ctx4096_H128
+        # on sm_90 the default prefill and 128-head MLA kernels are the Gluon ones (*_sm90_kernel)
+        profile prefill "_prefill_kernel|_prefill_sm90_kernel" 1 prefill_B4_q2048
+        profile chunked "_prefill_kernel|_prefill_sm90_kernel" 1 chunked_prefill_B4_q512_ctx4096
+        profile mla-h128 "_mla_kernel|_mla_sm90_kernel" 1 B64_ctx4096_H128
         profile mla-h128-heads _mla_kernel 1 B64_ctx4096_H128 --sweep mla_h128 --candidate 8
-        profile mla-b1-h128 "_mla_kernel|_combine_kernel" 2 B1_ctx32768_H128
+        profile mla-b1-h128 "_mla_kernel|_mla_sm90_kernel|_combine_kernel" 2 B1_ctx32768_H128
         profile mla-mtp _mla_kernel 1 mtp2_B64_ctx4096_H16
         profile mla-fp8 _mla_kernel 1 fp8_B128_ctx4096_H16
         profile mla-h16 _mla_kernel 1 B128_ctx4096_H16
         profile decode-fp8 "_attention_kernel|_combine_kernel" 2 decode_fp8_B64_ctx4096
         profile decode-b1 "_attention_kernel|_combine_kernel" 2 decode_B1_ctx32768 ;;
-    *) echo "unknown part $part (tests-a tests-b fuzz-a fuzz-b fuzz-c memcheck attention other sweeps-a sweeps-b ncu)"; exit 2 ;;
+    *) echo "unknown part $part (tests-a tests-b tests-mla fuzz-a fuzz-b fuzz-c fuzz-prefill fuzz-mla memcheck attention other sweeps-a sweeps-b ncu)"; exit 2 ;;
     esac
 done
