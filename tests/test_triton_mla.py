@@ -736,9 +736,8 @@ def test_gluon_mla_planning(monkeypatch) -> None:
     """Which calls the Gluon kernel is planned for and how they split (no launch; any machine):
     a batch that fills 132 SMs unsplit, one token split into at most 132 programs of whole pairs
     of 64-key tiles (the kernel's unit) with a workspace and a combine, forced splits rounded up to
-    a pair, and the
-    Triton kernel for tables under ``_GLUON_MIN_KEYS`` keys, in batch-invariant mode and where the
-    workspace would pass its cap."""
+    a pair, and the Triton kernel for tables under ``_GLUON_MIN_KEYS`` keys, in batch-invariant
+    mode and where the workspace would pass its cap."""
     from torch_paged_attn.lowering.triton import mla_sm90
 
     plans = []
@@ -757,13 +756,13 @@ def test_gluon_mla_planning(monkeypatch) -> None:
                                 scale=0.1, causal=True, kv_scale=None, **options)
         return plans[-1] if plans else None
 
+    assert mla_sm90.SPLIT_KEYS == 2 * mla_sm90.TILE_N == 128
     unsplit = plan(64, 128, 4096)  # 128 programs
     assert unsplit is not None and unsplit["split_tokens"] == tpa._NO_SPLIT and "workspace" not in unsplit
     for tokens, heads, keys in ((1, 128, 32768), (1, 64, 512), (8, 128, 8192), (33, 64, 4096)):
         p = plan(tokens, heads, keys)
         assert p is not None and p["workspace"] is not None and p["combine"] is not None, (tokens, heads, keys)
         splits = -(-keys // p["split_tokens"])
-        assert mla_sm90.SPLIT_KEYS == 2 * mla_sm90.TILE_N == 128
         assert p["split_tokens"] % mla_sm90.SPLIT_KEYS == 0 and p["split_tokens"] >= 2 * mla_sm90.SPLIT_KEYS
         assert 1 < splits and tokens * (heads // 64) * splits <= 132, (tokens, heads, keys, p["split_tokens"])
     assert plan(8, 128, 4096, split_tokens=100)["split_tokens"] == 128
@@ -783,7 +782,7 @@ def test_gluon_mla_planning(monkeypatch) -> None:
 
 # 128 and 64 heads, block sizes 64 / 16 / 8, decode (lengths 0, 1, BS +- 1, several tiles) and
 # speculative tokens (causal and not), padding tokens (NaN queries), fp16, no LSE, a latent of 256;
-# forced splits of one and two tiles
+# forced splits (64 and 128 keys, planned as one pair of tiles)
 _GLUON_CASES = [
     replace(_BASE, num_heads=128, pad_tokens=2),
     replace(_BASE, **_MTP, num_heads=128),
@@ -853,7 +852,7 @@ def test_gluon_mla_kernel_fuzz_cuda(family: int, gluon_mla, monkeypatch) -> None
     latent 512 / 256 / 128, block sizes 8 .. 128, bf16 / fp16, 1-4 query tokens a sequence
     (causal or not), lengths 0, 1, BS +- 1 and up to 3000 keys, padding tokens, with or without
     the LSE; half the families planned on one SM (unsplit), half for this GPU or with forced
-    splits of 1-4 tiles; against the float64 loop."""
+    splits of 64-256 keys (planned as whole pairs of tiles); against the float64 loop."""
     rng = random.Random(400000 + family)
     if family % 2 == 0:
         one_sm(monkeypatch)

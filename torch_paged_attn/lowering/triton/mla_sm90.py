@@ -125,6 +125,11 @@ if gluon is not None:
     _A = gl.constexpr(0)  # the left value chunks (output columns [0, L / 2))
     _B = gl.constexpr(1)  # the right value chunks
     _R = gl.constexpr(2)  # the rope chunk (then, in stage 0, the left warpgroup's P for the right one)
+    # a warpgroup's [64, 64] wgmma accumulators (scores and each 64-column block of O), their rows,
+    # and P as the A operand of P @ V from registers
+    _ACC = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 64, 16]))
+    _ROW = gl.constexpr(gl.SliceLayout(1, _ACC))
+    _P_OPERAND = gl.constexpr(gl.DotOperandLayout(operand_index=0, parent=_ACC, k_width=2))
 
     @gluon.jit
     def _page_row(key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks, BLOCK_SIZE: gl.constexpr):
@@ -136,65 +141,71 @@ if gluon is not None:
         return gl.where(ok, blk * BLOCK_SIZE + key0 % BLOCK_SIZE, num_blocks * BLOCK_SIZE)
 
     @gluon.jit
-    def _load(kv_desc, kv_smem, bar, stage: gl.constexpr, c0: gl.constexpr, n: gl.constexpr, key0, seq_row_ptr,
-              stride_bt_block, num_pages, num_blocks, CHUNKS: gl.constexpr, BLOCK_SIZE: gl.constexpr,
+    def _load(kv_desc, kv_smem, ready, empty, slot: gl.constexpr, e, c0: gl.constexpr, n: gl.constexpr, key0,
+              seq_row_ptr, stride_bt_block, num_pages, num_blocks, CHUNKS: gl.constexpr, BLOCK_SIZE: gl.constexpr,
               BOX: gl.constexpr):
-        """Chunks ``[c0, c0 + n)`` of the 64-key tile from ``key0`` into ``stage``, one TMA box of
-        ``BOX`` rows x 64 columns a page and chunk, completing on ``bar``."""
+        """Once the consumers freed chunk group ``slot`` (``stage * 3 + group``; its ``empty``
+        barrier, phase ``e``), its chunks ``[c0, c0 + n)`` of the 64-key tile from ``key0``: one TMA
+        box of ``BOX`` rows x 64 columns a page and chunk, completing on its ``ready`` barrier."""
+        stage: gl.constexpr = slot // 3
+        mbarrier.wait(empty.index(slot), e)
+        bar = ready.index(slot)
         mbarrier.expect(bar, _TILE * 64 * 2 * n)
         for i in gl.static_range(_TILE // BOX):
             row = _page_row(key0 + i * BOX, seq_row_ptr, stride_bt_block, num_pages, num_blocks, BLOCK_SIZE)
             for c in gl.static_range(n):
-                tma_load(kv_desc, [row, (c0 + c) * 64], bar,
-                                                kv_smem.index(stage * CHUNKS + c0 + c).slice(i * BOX, BOX))
+                tma_load(kv_desc, [row, (c0 + c) * 64], bar, kv_smem.index(stage * CHUNKS + c0 + c).slice(i * BOX, BOX))
 
     @gluon.jit
     def _producer(kv_desc, kv_smem, ready, empty, key_lo, n_pairs, seq_row_ptr, stride_bt_block, num_pages,
                   num_blocks, CHUNKS: gl.constexpr, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr):
-        """One warp: the two tiles of each pair (tile 2i in stage 0, 2i + 1 in stage 1), each
-        chunk group loaded as soon as the consumers free it, in the order they free them."""
+        """One warp: the two tiles of each pair (tile 2i in stage 0, 2i + 1 in stage 1), each chunk
+        group loaded as soon as the consumers free it, in the order they free them: tile 2i + 1's
+        rope (after the right warpgroup's scores), tile 2i's left chunks (after the left one's own
+        values), tile 2i + 1's right chunks (the right one's own values), tile 2i's right chunks and
+        rope (the right one's values of tile 2i, with P_0 in that rope chunk), tile 2i + 1's left
+        chunks (the left one's values of tile 2i + 1)."""
         VCH: gl.constexpr = (CHUNKS - 1) // 2
         for i in range(n_pairs):
             e = (i & 1) ^ 1
             k0 = key_lo + 2 * i * _TILE
             k1 = k0 + _TILE
-            mbarrier.wait(empty.index(3 + _R), e)  # after the right warpgroup's scores
-            _load(kv_desc, kv_smem, ready.index(3 + _R), 1, 2 * VCH, 1, k1, seq_row_ptr, stride_bt_block, num_pages,
+            _load(kv_desc, kv_smem, ready, empty, 3 + _R, e, 2 * VCH, 1, k1, seq_row_ptr, stride_bt_block,
+                  num_pages, num_blocks, CHUNKS, BLOCK_SIZE, BOX)
+            _load(kv_desc, kv_smem, ready, empty, _A, e, 0, VCH, k0, seq_row_ptr, stride_bt_block, num_pages,
                   num_blocks, CHUNKS, BLOCK_SIZE, BOX)
-            mbarrier.wait(empty.index(_A), e)  # after the left warpgroup's own values
-            _load(kv_desc, kv_smem, ready.index(_A), 0, 0, VCH, k0, seq_row_ptr, stride_bt_block, num_pages,
+            _load(kv_desc, kv_smem, ready, empty, 3 + _B, e, VCH, VCH, k1, seq_row_ptr, stride_bt_block, num_pages,
                   num_blocks, CHUNKS, BLOCK_SIZE, BOX)
-            mbarrier.wait(empty.index(3 + _B), e)  # after the right warpgroup's own values
-            _load(kv_desc, kv_smem, ready.index(3 + _B), 1, VCH, VCH, k1, seq_row_ptr, stride_bt_block, num_pages,
+            _load(kv_desc, kv_smem, ready, empty, _B, e, VCH, VCH, k0, seq_row_ptr, stride_bt_block, num_pages,
                   num_blocks, CHUNKS, BLOCK_SIZE, BOX)
-            mbarrier.wait(empty.index(_B), e)  # after the right warpgroup's values of tile 2i
-            _load(kv_desc, kv_smem, ready.index(_B), 0, VCH, VCH, k0, seq_row_ptr, stride_bt_block, num_pages,
+            _load(kv_desc, kv_smem, ready, empty, _R, e, 2 * VCH, 1, k0, seq_row_ptr, stride_bt_block, num_pages,
                   num_blocks, CHUNKS, BLOCK_SIZE, BOX)
-            mbarrier.wait(empty.index(_R), e)  # (P of tile 2i read)
-            _load(kv_desc, kv_smem, ready.index(_R), 0, 2 * VCH, 1, k0, seq_row_ptr, stride_bt_block, num_pages,
-                  num_blocks, CHUNKS, BLOCK_SIZE, BOX)
-            mbarrier.wait(empty.index(3 + _A), e)  # after the left warpgroup's values of tile 2i + 1
-            _load(kv_desc, kv_smem, ready.index(3 + _A), 1, 0, VCH, k1, seq_row_ptr, stride_bt_block, num_pages,
+            _load(kv_desc, kv_smem, ready, empty, 3 + _A, e, 0, VCH, k1, seq_row_ptr, stride_bt_block, num_pages,
                   num_blocks, CHUNKS, BLOCK_SIZE, BOX)
 
     @gluon.jit
-    def _scores(s, q_smem, kv_smem, stage, c0: gl.constexpr, n: gl.constexpr, CHUNKS: gl.constexpr, z):
-        """Issue ``S += Q[:, chunks] K[:, chunks]^T`` over chunks ``[c0, c0 + n)`` of the tile in
-        ``stage`` (asynchronous; N = 64 keys)."""
+    def _scores(s, q_smem, kv_smem, ready, ph, stage, c0: gl.constexpr, n: gl.constexpr, CHUNKS: gl.constexpr, z):
+        """Once ``ready`` (phase ``ph``) says they are loaded, issue ``S += Q[:, chunks] K[:,
+        chunks]^T`` over chunks ``[c0, c0 + n)`` of the tile in ``stage`` (asynchronous; N = 64)."""
+        mbarrier.wait(ready, ph)
         for c in gl.static_range(n):
             s = warpgroup_mma(q_smem.index(z + c0 + c), kv_smem.index(stage * CHUNKS + c0 + c).permute((1, 0)), s,
                               is_async=True)
         return s
 
     @gluon.jit
-    def _masked(s, key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks, kv_end, acc_layout: gl.constexpr,
-                BLOCK_SIZE: gl.constexpr):
+    def _masked(s, key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks, kv_end, BLOCK_SIZE: gl.constexpr):
         """Scores of keys past ``kv_end`` or on pages with an id outside ``[0, num_blocks)`` to -inf."""
-        keys = key0 + gl.arange(0, _TILE, layout=gl.SliceLayout(0, acc_layout))
+        keys = key0 + gl.arange(0, _TILE, layout=gl.SliceLayout(0, _ACC))
         page = keys // BLOCK_SIZE
         blk = gl.load(seq_row_ptr + page * stride_bt_block, mask=page < num_pages, other=-1)
         key_ok = (blk >= 0) & (blk < num_blocks) & (keys < kv_end)
         return gl.where(gl.expand_dims(key_ok, 0), s, float("-inf"))
+
+    @gluon.jit
+    def _finite(m):
+        """A running max to subtract: 0 where no key is visible yet (-inf), so p = 0, not NaN."""
+        return gl.where(m == float("-inf"), 0.0, m)
 
     @gluon.jit
     def _zero_tail(kv_smem, stage, tail, CHUNKS: gl.constexpr):
@@ -224,9 +235,10 @@ if gluon is not None:
         return o0, o1, o2, o3
 
     @gluon.jit
-    def _load_q(q_latent_ptr, q_rope_ptr, q_smem, q_bar, wg: gl.constexpr, tok, head0, stride_ql_tok,
-                stride_ql_head, stride_qr_tok, stride_qr_head, LATENT: gl.constexpr):
-        """Q [64 heads, L + R] into shared memory, each warpgroup half of the chunks; both wait."""
+    def _start(q_latent_ptr, q_rope_ptr, q_smem, q_bar, wg: gl.constexpr, tok, head0, stride_ql_tok,
+               stride_ql_head, stride_qr_tok, stride_qr_head, LATENT: gl.constexpr):
+        """Q [64 heads, L + R] into shared memory, each warpgroup half of the chunks, both waiting
+        for both; returns this warpgroup's empty state ``(m, l, O's four 64-column blocks)``."""
         CHUNKS: gl.constexpr = LATENT // 64 + 1
         io_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
         offs_h = head0 + gl.arange(0, _ROWS, layout=gl.SliceLayout(1, io_layout))
@@ -243,23 +255,24 @@ if gluon is not None:
         fence_async_shared()
         mbarrier.arrive(q_bar.index(0))
         mbarrier.wait(q_bar.index(0), 0)
+        o = gl.zeros([_ROWS, 64], gl.float32, _ACC)
+        return gl.full([_ROWS], float("-inf"), gl.float32, _ROW), gl.zeros([_ROWS], gl.float32, _ROW), o, o, o, o
 
     @gluon.jit
     def _epilogue(wg: gl.constexpr, o0, o1, o2, o3, m_i, l_i, l_smem, l_bar, out_ptr, lse_ptr, tok, head0,
-                  stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head, acc_layout: gl.constexpr,
-                  LATENT: gl.constexpr, HAS_LSE: gl.constexpr, LSE_UNIT: gl.constexpr):
+                  stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head, LATENT: gl.constexpr,
+                  HAS_LSE: gl.constexpr, LSE_UNIT: gl.constexpr):
         """l = l_0 + l_1 (both add in that order), this warpgroup's columns of O / l, and (the left
         one) lse = (m + log2 l) * LSE_UNIT."""
         VCH: gl.constexpr = LATENT // 128
-        row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)
         l_smem.index(wg).store(l_i)
         mbarrier.arrive(l_bar.index(0))
         mbarrier.wait(l_bar.index(0), 0)
-        l_tot = l_smem.index(0).load(row_layout) + l_smem.index(1).load(row_layout)
+        l_tot = l_smem.index(0).load(_ROW) + l_smem.index(1).load(_ROW)
         has_keys = l_tot != 0.0
         inv_l = gl.expand_dims(gl.where(has_keys, 1.0 / gl.where(has_keys, l_tot, 1.0), 0.0), 1)
-        orows = head0 + gl.arange(0, _ROWS, layout=row_layout)
-        ocol = gl.arange(0, 64, layout=gl.SliceLayout(0, acc_layout))
+        orows = head0 + gl.arange(0, _ROWS, layout=_ROW)
+        ocol = gl.arange(0, 64, layout=gl.SliceLayout(0, _ACC))
         o_rows = gl.expand_dims(tok.to(gl.int64) * stride_o_tok + orows * stride_o_head, 1)
         col0 = wg * (LATENT // 2)
         odt: gl.constexpr = out_ptr.dtype.element_ty
@@ -284,20 +297,10 @@ if gluon is not None:
         """The left warpgroup: scores of tile 2i (stage 0), output columns ``[0, L / 2)``."""
         CHUNKS: gl.constexpr = LATENT // 64 + 1
         VCH: gl.constexpr = LATENT // 128
-        acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                             instr_shape=[16, 64, 16])
-        row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)
-        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
         dtype: gl.constexpr = q_smem.dtype
-        _load_q(q_latent_ptr, q_rope_ptr, q_smem, q_bar, 0, tok, head0, stride_ql_tok, stride_ql_head,
-                stride_qr_tok, stride_qr_head, LATENT)
+        m_i, l_i, o0, o1, o2, o3 = _start(q_latent_ptr, q_rope_ptr, q_smem, q_bar, 0, tok, head0, stride_ql_tok,
+                                          stride_ql_head, stride_qr_tok, stride_qr_head, LATENT)
         qk_scale = scale * _LOG2E
-        m_i = gl.full([_ROWS], float("-inf"), gl.float32, row_layout)
-        l_i = gl.zeros([_ROWS], gl.float32, row_layout)
-        o0 = gl.zeros([_ROWS, 64], gl.float32, acc_layout)
-        o1 = gl.zeros([_ROWS, 64], gl.float32, acc_layout)
-        o2 = gl.zeros([_ROWS, 64], gl.float32, acc_layout)
-        o3 = gl.zeros([_ROWS, 64], gl.float32, acc_layout)
         for i in range(n_pairs):
             ph = i & 1
             # stage indices the compiler cannot fold (i < 2**30): the wgmma descriptors are then
@@ -307,19 +310,16 @@ if gluon is not None:
             st1 = z + 1
             key0 = key_lo + 2 * i * _TILE
             # S_0 = Q K_0^T: the left chunks (loaded first), the right ones, the rope
-            s = gl.zeros([_ROWS, _TILE], gl.float32, acc_layout)
-            mbarrier.wait(ready.index(_A), ph)
-            s = _scores(s, q_smem, kv_smem, st0, 0, VCH, CHUNKS, z)
-            mbarrier.wait(ready.index(_B), ph)
-            s = _scores(s, q_smem, kv_smem, st0, VCH, VCH, CHUNKS, z)
-            mbarrier.wait(ready.index(_R), ph)
-            s = _scores(s, q_smem, kv_smem, st0, 2 * VCH, 1, CHUNKS, z)
+            s = gl.zeros([_ROWS, _TILE], gl.float32, _ACC)
+            s = _scores(s, q_smem, kv_smem, ready.index(_A), ph, st0, 0, VCH, CHUNKS, z)
+            s = _scores(s, q_smem, kv_smem, ready.index(_B), ph, st0, VCH, VCH, CHUNKS, z)
+            s = _scores(s, q_smem, kv_smem, ready.index(_R), ph, st0, 2 * VCH, 1, CHUNKS, z)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-            s = _masked(s, key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks, kv_end, acc_layout, BLOCK_SIZE)
+            s = _masked(s, key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks, kv_end, BLOCK_SIZE)
             m_new0 = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
             m_smem.index(0).store(m_new0)
             mbarrier.arrive(m0_bar.index(0))
-            m_ref0 = gl.where(m_new0 == float("-inf"), 0.0, m_new0)  # no visible key yet: p = 0, not NaN
+            m_ref0 = _finite(m_new0)
             scale0 = gl.exp2(m_i - m_ref0)
             p = gl.exp2(s * qk_scale - gl.expand_dims(m_ref0, 1))
             l_i = l_i * scale0 + gl.sum(p, 1)
@@ -327,12 +327,12 @@ if gluon is not None:
             fence_async_shared()
             a0 = gl.expand_dims(scale0, 1)
             o0, o1, o2, o3 = o0 * a0, o1 * a0, o2 * a0, o3 * a0
-            o0, o1, o2, o3 = _values(o0, o1, o2, o3, gl.convert_layout(p.to(dtype), p_layout), kv_smem, st0, 0, VCH,
+            o0, o1, o2, o3 = _values(o0, o1, o2, o3, gl.convert_layout(p.to(dtype), _P_OPERAND), kv_smem, st0, 0, VCH,
                                      CHUNKS)
             # the right warpgroup's max of tile 2i + 1: P_0 rescaled to it goes to the rope chunk
             mbarrier.wait(m1_bar.index(0), ph)
-            m_new1 = m_smem.index(1).load(row_layout)
-            scale1 = gl.exp2(m_new0 - gl.where(m_new1 == float("-inf"), 0.0, m_new1))
+            m_new1 = m_smem.index(1).load(_ROW)
+            scale1 = gl.exp2(m_new0 - _finite(m_new1))
             a1 = gl.expand_dims(scale1, 1)
             kv_smem.index(st0 * CHUNKS + 2 * VCH).store((p * a1).to(dtype))
             fence_async_shared()
@@ -349,7 +349,7 @@ if gluon is not None:
             mbarrier.arrive(empty.index(3 + _A))
             m_i = m_new1
         _epilogue(0, o0, o1, o2, o3, m_i, l_i, l_smem, l_bar, out_ptr, lse_ptr, tok, head0, stride_o_tok,
-                  stride_o_head, stride_lse_tok, stride_lse_head, acc_layout, LATENT, HAS_LSE, LSE_UNIT)
+                  stride_o_head, stride_lse_tok, stride_lse_head, LATENT, HAS_LSE, LSE_UNIT)
 
     @gluon.jit
     def _right(q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, q_smem, kv_smem, p1_smem, m_smem, l_smem, ready, empty,
@@ -360,20 +360,10 @@ if gluon is not None:
         """The right warpgroup: scores of tile 2i + 1 (stage 1), output columns ``[L / 2, L)``."""
         CHUNKS: gl.constexpr = LATENT // 64 + 1
         VCH: gl.constexpr = LATENT // 128
-        acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                             instr_shape=[16, 64, 16])
-        row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)
-        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
         dtype: gl.constexpr = q_smem.dtype
-        _load_q(q_latent_ptr, q_rope_ptr, q_smem, q_bar, 1, tok, head0, stride_ql_tok, stride_ql_head,
-                stride_qr_tok, stride_qr_head, LATENT)
+        m_i, l_i, o0, o1, o2, o3 = _start(q_latent_ptr, q_rope_ptr, q_smem, q_bar, 1, tok, head0, stride_ql_tok,
+                                          stride_ql_head, stride_qr_tok, stride_qr_head, LATENT)
         qk_scale = scale * _LOG2E
-        m_i = gl.full([_ROWS], float("-inf"), gl.float32, row_layout)
-        l_i = gl.zeros([_ROWS], gl.float32, row_layout)
-        o0 = gl.zeros([_ROWS, 64], gl.float32, acc_layout)
-        o1 = gl.zeros([_ROWS, 64], gl.float32, acc_layout)
-        o2 = gl.zeros([_ROWS, 64], gl.float32, acc_layout)
-        o3 = gl.zeros([_ROWS, 64], gl.float32, acc_layout)
         for i in range(n_pairs):
             ph = i & 1
             z = i >> 30  # as in _left
@@ -381,23 +371,20 @@ if gluon is not None:
             st1 = z + 1
             key1 = key_lo + (2 * i + 1) * _TILE
             # S_1 = Q K_1^T: the rope (loaded first), the right chunks, the left ones
-            s = gl.zeros([_ROWS, _TILE], gl.float32, acc_layout)
-            mbarrier.wait(ready.index(3 + _R), ph)
-            s = _scores(s, q_smem, kv_smem, st1, 2 * VCH, 1, CHUNKS, z)
-            mbarrier.wait(ready.index(3 + _B), ph)
-            s = _scores(s, q_smem, kv_smem, st1, VCH, VCH, CHUNKS, z)
-            mbarrier.wait(ready.index(3 + _A), ph)
-            s = _scores(s, q_smem, kv_smem, st1, 0, VCH, CHUNKS, z)
+            s = gl.zeros([_ROWS, _TILE], gl.float32, _ACC)
+            s = _scores(s, q_smem, kv_smem, ready.index(3 + _R), ph, st1, 2 * VCH, 1, CHUNKS, z)
+            s = _scores(s, q_smem, kv_smem, ready.index(3 + _B), ph, st1, VCH, VCH, CHUNKS, z)
+            s = _scores(s, q_smem, kv_smem, ready.index(3 + _A), ph, st1, 0, VCH, CHUNKS, z)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
             mbarrier.arrive(empty.index(3 + _R))
-            s = _masked(s, key1, seq_row_ptr, stride_bt_block, num_pages, num_blocks, kv_end, acc_layout, BLOCK_SIZE)
+            s = _masked(s, key1, seq_row_ptr, stride_bt_block, num_pages, num_blocks, kv_end, BLOCK_SIZE)
             mbarrier.wait(m0_bar.index(0), ph)
-            m_new0 = m_smem.index(0).load(row_layout)
+            m_new0 = m_smem.index(0).load(_ROW)
             m_new1 = gl.maximum(m_new0, gl.max(s, 1) * qk_scale)
             m_smem.index(1).store(m_new1)
             mbarrier.arrive(m1_bar.index(0))
-            m_ref1 = gl.where(m_new1 == float("-inf"), 0.0, m_new1)
-            scale0 = gl.exp2(m_i - gl.where(m_new0 == float("-inf"), 0.0, m_new0))
+            m_ref1 = _finite(m_new1)
+            scale0 = gl.exp2(m_i - _finite(m_new0))
             scale1 = gl.exp2(m_new0 - m_ref1)
             p = gl.exp2(s * qk_scale - gl.expand_dims(m_ref1, 1))
             l_i = l_i * (scale0 * scale1) + gl.sum(p, 1)
@@ -406,7 +393,7 @@ if gluon is not None:
             a = gl.expand_dims(scale0 * scale1, 1)
             o0, o1, o2, o3 = o0 * a, o1 * a, o2 * a, o3 * a
             pt = p.to(dtype)
-            o0, o1, o2, o3 = _values(o0, o1, o2, o3, gl.convert_layout(pt, p_layout), kv_smem, st1, VCH, VCH, CHUNKS)
+            o0, o1, o2, o3 = _values(o0, o1, o2, o3, gl.convert_layout(pt, _P_OPERAND), kv_smem, st1, VCH, VCH, CHUNKS)
             # P_1 for the left warpgroup, once it is done with the last one
             mbarrier.wait(p1_free.index(0), ph ^ 1)
             p1_smem.store(pt)
@@ -422,7 +409,7 @@ if gluon is not None:
             mbarrier.arrive(empty.index(_R))
             m_i = m_new1
         _epilogue(1, o0, o1, o2, o3, m_i, l_i, l_smem, l_bar, out_ptr, lse_ptr, tok, head0, stride_o_tok,
-                  stride_o_head, stride_lse_tok, stride_lse_head, acc_layout, LATENT, HAS_LSE, LSE_UNIT)
+                  stride_o_head, stride_lse_tok, stride_lse_head, LATENT, HAS_LSE, LSE_UNIT)
 
     @gluon.jit(do_not_specialize=["num_tokens", "num_seqs", "max_blocks", "split_tokens"])
     def _mla_sm90_kernel(

@@ -129,8 +129,7 @@ if gluon is not None:
         for i in gl.static_range(PAGES):
             row = _page_row(start + i * BOX, seq_row_ptr, stride_bt_block, num_pages, num_blocks, BLOCK_SIZE)
             for h in gl.static_range(DH):
-                tma_load(desc, [row, col + h * 64], ready.index(stage),
-                                                smem.index(stage * DH + h).slice(i * BOX, BOX))
+                tma_load(desc, [row, col + h * 64], ready.index(stage), smem.index(stage * DH + h).slice(i * BOX, BOX))
 
     @gluon.jit
     def _page_row(key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks, BLOCK_SIZE: gl.constexpr):
@@ -500,7 +499,7 @@ def _launch(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_table: 
         stride_sl=seq_lens.stride(0), stride_qsl=query_start_loc.stride(0), stride_o_tok=out.stride(0),
         stride_o_head=out.stride(1), stride_lse_tok=lse_strides[0], stride_lse_head=lse_strides[1],
         GROUP=num_heads // num_kv_heads, HEADS=heads, NUM_HEAD_GROUPS=num_head_groups, BLOCK_Q=block_q,
-        HEAD_SIZE=head_size, BLOCK_SIZE=block_size, BOX=min(block_size, TILE_N), STAGES=STAGES,
+        HEAD_SIZE=head_size, BLOCK_SIZE=block_size, BOX=box, STAGES=STAGES,
         CAUSAL=bool(causal), HAS_LSE=lse is not None, CONSUMER_REGS=REGS_CONSUMER,
         num_warps=NUM_WARPS,
     )
