@@ -95,6 +95,7 @@ def _scores(form: str, tiles: tuple, grid: str = "queries") -> tuple:
 # SM where the value columns still split (MLA).
 _COMBINE_ATTRIBUTES = ("_COMBINE_MIN_PROGRAMS", "_COMBINE_FEW_LOAD_SPLITS")
 _COMBINE = ((1, 16), (None, 4), (None, 8), (None, 16), (264, 16), (528, 16))
+_PDL = ((True,), (False,))
 
 SWEEPS = {
     "attn_fp8": Sweep("decode_fp8_B64_ctx4096", attn_kernel._FP8_DECODE_CONFIGS, 128, (
@@ -144,6 +145,13 @@ SWEEPS = {
         (64, 8, 2, 1), (64, 8, 2, 2), (32, 8, 3, 1), (32, 8, 3, 2), (32, 8, 2, 2), (16, 8, 4, 2))) + _scores(
         "rows", ((64, 8, 2, 1),)) + _scores("split", ((64, 8, 2, 1), (64, 8, 2, 2)), "heads")),
     "combine_b1": Sweep("decode_B1_ctx32768", None, 0, _COMBINE, attributes=_COMBINE_ATTRIBUTES),
+    # programmatic dependent launch of the combine kernel (paged_attention._PDL) on and off, on
+    # the split-KV shapes of both kernels
+    "pdl_b1": Sweep("decode_B1_ctx32768", None, 0, _PDL, attributes=("_PDL",)),
+    "pdl_b8": Sweep("decode_B8_ctx8192_Hq64", None, 0, _PDL, attributes=("_PDL",)),
+    "pdl_mla_b1": Sweep("B1_ctx32768_H128", None, 0, _PDL, attributes=("_PDL",)),
+    "pdl_mla_h16": Sweep("B128_ctx4096_H16", None, 0, _PDL, attributes=("_PDL",)),
+    "pdl_mla_b32": Sweep("B32_ctx8192_H16", None, 0, _PDL, attributes=("_PDL",)),
     "combine_mla_b1": Sweep("B1_ctx32768_H128", None, 0, _COMBINE, attributes=_COMBINE_ATTRIBUTES),
     # fp8 H16: "keys" makes the latent tile the first operand of the score dots, converted in the
     # registers it is loaded to (sm_90, Triton 3.6: per key, 12-20 SASS instructions a thread at

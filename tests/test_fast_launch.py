@@ -314,6 +314,57 @@ def test_constant_launch_passes_every_argument_in_order(monkeypatch) -> None:
         go(y, x_ptr=_BUF)
 
 
+def _pdl_fn(x_ptr, n, USE_PDL: tl.constexpr = False):
+    pass
+
+
+class _RecordingStandIn(_StandIn):
+    """A _StandIn over ``_pdl_fn`` that records the keyword arguments of each ``kernel[grid]``."""
+
+    def __init__(self):
+        JITFunction.__init__(self, _pdl_fn)
+        self.binaries, self.slow_calls, self.given = {}, 0, []
+
+    def __getitem__(self, grid):
+        run = super().__getitem__(grid)
+
+        def record(**kwargs):
+            self.given.append(kwargs)
+            return run(**kwargs)
+
+        return record
+
+
+def test_programmatic_dependent_launch_only_on_the_cached_path(monkeypatch) -> None:
+    """A launcher planned with ``launch_pdl`` and ``USE_PDL`` launches with both where it takes the
+    cached path (its first call compiles through ``kernel[grid]`` with them, and the binary then
+    serves the cached calls); wherever it does not (tracing, CPU tensors, no cached launcher),
+    the kernel gets ``USE_PDL=False`` and no ``launch_pdl`` (``wrap_triton`` would pass it to the
+    kernel as an argument)."""
+    constants = dict(n=33, USE_PDL=True, launch_pdl=True, num_warps=4)
+    assert _launch.without_pdl(constants) == dict(n=33, USE_PDL=False, num_warps=4)
+    assert _launch.without_pdl(constants) is not constants and constants["launch_pdl"]  # a copy
+    plain = dict(n=33, num_warps=4)
+    assert _launch.without_pdl(plain) is plain and _launch.without_pdl(dict(n=1, USE_PDL=False)) == dict(
+        n=1, USE_PDL=False)
+    # the cached path
+    kernel = _RecordingStandIn()
+    fast = _launch.FastLauncher(kernel, current_device=lambda: 0, current_stream=lambda d: 0)
+    monkeypatch.setattr(_launch, "_fast_launcher", lambda k: fast if k is kernel else None)
+    monkeypatch.setattr(_launch, "_cached_path_open", _open_on_cpu)
+    go = _launch.launcher(kernel, (2,), **constants)
+    first = go(_BUF, x_ptr=_BUF)
+    assert kernel.given == [dict(x_ptr=_BUF, **constants)]
+    assert go(_BUF, x_ptr=_BUF) is first and len(kernel.given) == 1  # cached
+    # not the cached path: the same launcher, then one made while nothing caches
+    monkeypatch.setattr(_launch, "_cached_path_open", lambda like: None)
+    go(_BUF, x_ptr=_BUF)
+    assert kernel.given[-1] == dict(x_ptr=_BUF, n=33, USE_PDL=False, num_warps=4)
+    monkeypatch.setattr(_launch, "_fast_launcher", lambda k: None)
+    _launch.launcher(kernel, (2,), **constants)(_BUF, x_ptr=_BUF)
+    assert kernel.given[-1] == dict(x_ptr=_BUF, n=33, USE_PDL=False, num_warps=4)
+    assert constants == dict(n=33, USE_PDL=True, launch_pdl=True, num_warps=4)  # left as given
+
 @pytest.mark.parametrize("dns", [(), ("x_ptr",)], ids=["specialized", "dns_x"])
 def test_constant_launch_runs_the_binary_triton_chooses(dns, monkeypatch) -> None:
     """Over pointer alignments, dtypes and None, in a shuffled order with repeats, and over

@@ -266,7 +266,7 @@ def launch(_grid, {params}):
         if factory is None:
             factory = self._make_factory(constants, same)
             if factory is None:  # no active Triton driver (no GPU): nothing could take the cached path
-                return functools.partial(_launch_with, self.kernel, grid, constants)
+                return functools.partial(_launch_with, self.kernel, grid, without_pdl(constants))
             self._factories[names] = factory
         cache: dict[tuple, tuple] = {}  # (device, dtype and address % 16 of each tensor) -> entry
         aligned: dict[tuple, tuple] = {}  # (device, dtype of each tensor but aliases) -> entry
@@ -298,7 +298,7 @@ def launch(_grid, {params}):
                 )
 
         g = (*grid, 1, 1)[:3]
-        elsewhere = functools.partial(_launch_with, self.kernel, grid, constants)
+        elsewhere = functools.partial(_launch_with, self.kernel, grid, without_pdl(constants))
         return factory(g[0], g[1], g[2], tuple(constants.values()), cache, aligned, miss, elsewhere, check)
 
     def _make_factory(self, constants: dict[str, Any], same: dict[str, str]) -> Callable | None:
@@ -491,20 +491,34 @@ def launcher(kernel, grid, **constants) -> Callable[..., Any]:
     """The launch of ``kernel`` over ``grid`` with every argument but the tensors fixed
     (``constants``: scalars, constexprs, None pointers and launch options, by keyword, and
     ``same_as`` hints for tensor parameters); call it as ``launcher(like, **tensors)`` with every
-    other parameter of the kernel (hinted ones included). Same binaries and results as
+    other parameter of the kernel (hinted ones included). Same results as
     ``launch(kernel, grid, like)(**tensors, **constants)``, which it is wherever Triton's launch
-    protocol is not implemented here (``FastLauncher.constant_launch`` otherwise)."""
+    protocol is not implemented here (``FastLauncher.constant_launch`` otherwise), there with
+    programmatic dependent launch off (``without_pdl``)."""
     same = {k: v.name for k, v in constants.items() if isinstance(v, SameAs)}
     if same:
         constants = without_hints(constants)
     fast = None if torch.compiler.is_compiling() else _fast_launcher(kernel)
     if fast is None:
-        return functools.partial(_launch_with, kernel, grid, constants)
+        return functools.partial(_launch_with, kernel, grid, without_pdl(constants))
     return fast.constant_launch(grid, constants, same)
 
 
 def _launch_with(kernel, grid, constants: dict[str, Any], like: torch.Tensor, **tensors):
     return launch(kernel, grid, like)(**tensors, **constants)
+
+
+def without_pdl(constants: dict[str, Any]) -> dict[str, Any]:
+    """``constants`` with programmatic dependent launch off (no ``launch_pdl`` option, a
+    ``USE_PDL`` constexpr False): what a ``launcher`` passes wherever it does not take the cached
+    path. Only the cached path launches with it: ``wrap_triton`` takes no ``launch_pdl`` (it would
+    reach the kernel as an argument), and Inductor's analysis of which tensors a kernel writes
+    rejects the griddepcontrol instructions (inline assembly that is not pure). A kernel compiled
+    with ``USE_PDL`` and launched without ``launch_pdl`` is correct too: both instructions do
+    nothing then."""
+    if "launch_pdl" not in constants and not constants.get("USE_PDL"):
+        return constants
+    return {**{k: v for k, v in constants.items() if k != "launch_pdl"}, "USE_PDL": False}
 
 
 def _cached_path_open(like: torch.Tensor) -> str | None:

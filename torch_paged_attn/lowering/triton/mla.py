@@ -54,6 +54,9 @@ from .paged_attention import (
     _load_rows,
     _pad,
     _plan_splits,
+    gdc_launch_dependents,
+    pdl_options,
+    use_pdl,
 )
 
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -210,7 +213,10 @@ def _mla_kernel(
     ONE_SPLIT: tl.constexpr,  # at most one split, merged in the program (no workspace)
     SCORES: tl.constexpr,  # "rows": rows x keys, chained; "keys": keys x rows, transposed; "split"
     HEAD_GROUP_FASTEST: tl.constexpr,  # grid (head group, query block, split), else (query block, head group, split)
+    USE_PDL: tl.constexpr = False,  # the combine kernel may launch now (paged_attention._PDL)
 ):
+    if USE_PDL:
+        gdc_launch_dependents()
     tl.static_assert(BLOCK_M >= 16 and TILE_N >= 16 and L_HALF >= 16 and R_PAD >= 16)
     tl.static_assert(L_HALF < LATENT and LATENT <= 2 * L_HALF)  # the first half is all latent
     tl.static_assert(BLOCK_Q * HEADS <= BLOCK_M and BLOCK_Q >= 1)
@@ -507,6 +513,7 @@ def prepare_mla_decode(
     )
     device, has_lse = q_latent.device, lse is not None
     workspace = _Workspace(write_partial, num_tokens, num_splits, num_heads, latent, device)
+    pdl = write_partial and use_pdl(device)
     lse_strides = lse.stride() if lse is not None else (0, 0)
     sql, sqr, skv, sbt, so = q_latent.stride(), q_rope.stride(), kv_cache.stride(), block_table.stride(), out.stride()
     ssl, sqsl = seq_lens.stride(0), query_start_loc.stride(0)
@@ -548,7 +555,7 @@ def prepare_mla_decode(
         DOT_UPCAST=q_latent.dtype == torch.bfloat16 and _interpreted(),
         MERGE_GROUP=1 if split_tokens == _NO_SPLIT else _MERGE_GROUP,
         ONE_SPLIT=split_tokens == _NO_SPLIT and not write_partial,
-        SCORES=scores, HEAD_GROUP_FASTEST=head_group_fastest,
+        SCORES=scores, HEAD_GROUP_FASTEST=head_group_fastest, USE_PDL=pdl,
         num_warps=num_warps, num_stages=num_stages,
     )
     combine = _combine(workspace, split_tokens, num_splits, num_tokens, num_seqs, num_heads, latent, is_fp8,
@@ -592,6 +599,7 @@ def _combine(workspace: _Workspace, split_tokens: int, num_splits: int, num_toke
         stride_lse_tok=lse_strides[0], stride_lse_head=lse_strides[1],
         HEAD_SIZE_V=latent, DV_PAD=l_pad,
         HAS_SINKS=False, IS_FP8=is_fp8, HAS_LSE=has_lse, MERGE_GROUP=_MERGE_GROUP, **blocking,
+        **pdl_options(use_pdl(device)),
     )
 
     def combine(q_latent, part_out, part_lse, seq_lens, query_start_loc, out, lse, kv_scale=None):

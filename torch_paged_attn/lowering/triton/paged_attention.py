@@ -36,6 +36,11 @@ from ... import _config
 from ._launch import cdiv, contiguous_strides, launcher, next_power_of_2, same_as
 from ._softmax import LOG2E, merge_partial, merged_to_output, softmax_step, state_to_partial
 
+try:  # grid dependency control (sm_90+; Triton >= 3.4): see _PDL
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+except ImportError:  # pragma: no cover - depends on the installed Triton
+    gdc_launch_dependents = gdc_wait = None
+
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 # Tile configurations, keyed by the padded head size (max of D and Dv, a power of two):
@@ -128,6 +133,15 @@ _COMBINE_TILE = 512
 _COMBINE_MIN_DV_BLOCK = 32
 _COMBINE_FEW_LOAD_SPLITS = 16
 _COMBINE_MIN_PROGRAMS: int | None = None  # programs to cover; None: the SM count (tests set it)
+# Programmatic dependent launch of the combine kernel (compute capability >= 9, CUDA launches
+# outside tracing): the split-KV attention kernel signals at its start that its dependents may
+# launch (griddepcontrol.launch_dependents), so the combine kernel's programs are launched and
+# resident while the attention kernel runs and wait (griddepcontrol.wait: every program of the
+# attention kernel finished and its writes visible) before they read a partial. That takes the
+# launch of the second kernel off the op's critical path. Under tracing (Inductor, AOTInductor,
+# wrap_triton) both kernels run without it (``_launch.launch`` turns USE_PDL off and drops
+# launch_pdl: Inductor's kernel analysis cannot read the instructions' inline assembly).
+_PDL = True
 # Split size meaning "no split": one range covers every key position (sequences < 2^28 keys).
 _NO_SPLIT = 2**28
 # A position bound no mask reaches (positions stay below 2^28).
@@ -147,6 +161,25 @@ def _interpreted() -> bool:
 @functools.lru_cache(maxsize=None)
 def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+@functools.lru_cache(maxsize=None)
+def _capability(device_index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device_index)
+
+
+def use_pdl(device: torch.device) -> bool:
+    """Whether a kernel that follows another on ``device`` may be launched with programmatic
+    dependent launch (``_PDL``): compiled kernels on a CUDA device of compute capability >= 9."""
+    if not _PDL or device.type != "cuda" or gdc_wait is None or _interpreted():
+        return False
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _capability(index)[0] >= 9
+
+
+def pdl_options(pdl: bool) -> dict:
+    """The combine kernel's launch arguments for ``pdl`` (``use_pdl``): none without it."""
+    return {"USE_PDL": True, "launch_pdl": True} if pdl else {}
 
 
 def _num_sms(device: torch.device) -> int:
@@ -299,8 +332,11 @@ def _attention_kernel(
     DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
     MERGE_GROUP: tl.constexpr,  # the combine kernel's merge group (_MERGE_GROUP)
     ONE_SPLIT: tl.constexpr,  # at most one split, merged in the program (no workspace)
+    USE_PDL: tl.constexpr = False,  # the combine kernel may launch now (_PDL)
 ):
     tl.static_assert(BLOCK_M >= 16 and TILE_N >= 16 and D_PAD >= 16 and DV_PAD >= 16)
+    if USE_PDL:
+        gdc_launch_dependents()
     tl.static_assert(BLOCK_Q * HEADS <= BLOCK_M and BLOCK_Q >= 1)
     scale = tl.cast(scale, tl.float32)
     softcap = tl.cast(softcap, tl.float32)
@@ -530,6 +566,7 @@ def _combine_kernel(
     HEAD_SIZE_V: tl.constexpr, DV_PAD: tl.constexpr, BLOCK_H: tl.constexpr, DV_BLOCK: tl.constexpr,
     HAS_SINKS: tl.constexpr, IS_FP8: tl.constexpr, HAS_LSE: tl.constexpr, MERGE_GROUP: tl.constexpr,
     LOAD_SPLITS: tl.constexpr,
+    USE_PDL: tl.constexpr = False,  # launched before the attention kernel finished (_PDL)
 ):
     """Merge the ``seq_splits`` partial states of one token, for ``BLOCK_H`` heads and ``DV_BLOCK``
     value columns, in split order. Grid: axis 0 token, axis 1 head block, axis 2 column block
@@ -572,6 +609,8 @@ def _combine_kernel(
     # seq_splits as empty partials, exactly as the attention kernel merges them; loads past
     # seq_splits are masked (no memory traffic).
     tl.static_assert(MERGE_GROUP == 4 and LOAD_SPLITS % MERGE_GROUP == 0)
+    if USE_PDL:  # everything above reads the call's inputs; the partials are the attention kernel's
+        gdc_wait()
     parts = _load_partials(pl_base, po_base, seq_splits, stride_pl_split, stride_po_split, head_ok, mask,
                            LOAD_SPLITS)
     for split in range(0, seq_splits, LOAD_SPLITS):
@@ -819,6 +858,7 @@ def prepare_paged_attention(
     has_lse = lse is not None
     device = query.device
     workspace = _Workspace(write_partial, num_tokens, num_splits, num_heads, head_size_v, device)
+    pdl = write_partial and use_pdl(device)
     unbounded = 1 << 29  # a window side of -1 reaches every position below 2^28
     lse_strides = lse.stride() if has_lse else (0, 0)
     sq, skc, svc, sbt, so = query.stride(), key_cache.stride(), value_cache.stride(), block_table.stride(), out.stride()
@@ -866,7 +906,7 @@ def prepare_paged_attention(
         DOT_PRECISION="ieee" if query.dtype == torch.float32 else "tf32",
         DOT_UPCAST=query.dtype == torch.bfloat16 and _interpreted(),
         MERGE_GROUP=1 if split_tokens == _NO_SPLIT else _MERGE_GROUP,
-        ONE_SPLIT=split_tokens == _NO_SPLIT and not write_partial,
+        ONE_SPLIT=split_tokens == _NO_SPLIT and not write_partial, USE_PDL=pdl,
         num_warps=num_warps, num_stages=num_stages,
     )
     combine_grid, blocking = _combine_blocking(num_tokens, num_heads, dv_pad, num_splits, device)
@@ -883,6 +923,7 @@ def prepare_paged_attention(
         stride_lse_tok=lse_strides[0], stride_lse_head=lse_strides[1],
         HEAD_SIZE_V=head_size_v, DV_PAD=dv_pad,
         HAS_SINKS=sinks is not None, IS_FP8=is_fp8, HAS_LSE=has_lse, MERGE_GROUP=_MERGE_GROUP, **blocking,
+        **pdl_options(pdl),
     )
 
     def run(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, lse, options):
