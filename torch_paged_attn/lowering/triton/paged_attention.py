@@ -134,14 +134,18 @@ _COMBINE_MIN_DV_BLOCK = 32
 _COMBINE_FEW_LOAD_SPLITS = 16
 _COMBINE_MIN_PROGRAMS: int | None = None  # programs to cover; None: the SM count (tests set it)
 # Programmatic dependent launch of the combine kernel (compute capability >= 9, CUDA launches
-# outside tracing): the split-KV attention kernel signals at its start that its dependents may
-# launch (griddepcontrol.launch_dependents), so the combine kernel's programs are launched and
-# resident while the attention kernel runs and wait (griddepcontrol.wait: every program of the
-# attention kernel finished and its writes visible) before they read a partial. That takes the
-# launch of the second kernel off the op's critical path. Under tracing (Inductor, AOTInductor,
-# wrap_triton) both kernels run without it (``_launch.launch`` turns USE_PDL off and drops
-# launch_pdl: Inductor's kernel analysis cannot read the instructions' inline assembly).
-_PDL = True
+# on the cached path, ``_launch.without_pdl``): the split-KV attention kernel signals that its
+# dependents may launch (griddepcontrol.launch_dependents), "start": as each program starts,
+# "late": once its key loop is done; the combine kernel's programs are then launched while the
+# attention kernel runs and wait (griddepcontrol.wait: every program of the attention kernel
+# finished, its writes visible) before they read a partial, taking the second launch off the
+# op's critical path; False: plain stream order. Under tracing (Inductor, AOTInductor,
+# wrap_triton) both kernels always run without it. H100, 2026-11-26, CUDA-graph replays, us,
+# off / "start" (tune.py pdl_*, results/gpu-2026-11-26/tune-pdl.txt): decode B1 x 32768 55.03 /
+# 61.45, B8 x 8192 Hq64 98.13 / 96.91; MLA B1 x 32768 H128 (the Gluon kernel, which does not
+# signal) 43.10 / 43.68, B128 x 4096 H16 222.67 / 221.87, B32 x 8192 H16 117.83 / 117.19. So
+# "start" is off: the combine kernel's 128 resident waiting programs slow B1's attention by 12 %.
+_PDL: str | bool = False
 # Split size meaning "no split": one range covers every key position (sequences < 2^28 keys).
 _NO_SPLIT = 2**28
 # A position bound no mask reaches (positions stay below 2^28).
@@ -175,6 +179,12 @@ def use_pdl(device: torch.device) -> bool:
         return False
     index = device.index if device.index is not None else torch.cuda.current_device()
     return _capability(index)[0] >= 9
+
+
+def pdl_late() -> bool:
+    """Whether a kernel launching the combine kernel with ``use_pdl`` signals after its key loop
+    (``_PDL == "late"``) rather than at its start."""
+    return _PDL == "late"
 
 
 def pdl_options(pdl: bool) -> dict:
@@ -332,10 +342,11 @@ def _attention_kernel(
     DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
     MERGE_GROUP: tl.constexpr,  # the combine kernel's merge group (_MERGE_GROUP)
     ONE_SPLIT: tl.constexpr,  # at most one split, merged in the program (no workspace)
-    USE_PDL: tl.constexpr = False,  # the combine kernel may launch now (_PDL)
+    USE_PDL: tl.constexpr = False,  # the combine kernel may launch (_PDL)
+    PDL_LATE: tl.constexpr = False,  # ... once the key loop is done, not from the start
 ):
     tl.static_assert(BLOCK_M >= 16 and TILE_N >= 16 and D_PAD >= 16 and DV_PAD >= 16)
-    if USE_PDL:
+    if USE_PDL and not PDL_LATE:  # at the start (_PDL)
         gdc_launch_dependents()
     tl.static_assert(BLOCK_Q * HEADS <= BLOCK_M and BLOCK_Q >= 1)
     scale = tl.cast(scale, tl.float32)
@@ -524,6 +535,8 @@ def _attention_kernel(
                 v = _fp8_to_fp16(v, unit)
             acc = _dot(p.to(q.dtype), v.to(q.dtype), acc, DOT_PRECISION, DOT_UPCAST)
 
+        if USE_PDL and PDL_LATE:  # after the key loop (_PDL)
+            gdc_launch_dependents()
         # -- this split's partial state: store it, or merge it into the running result --
         if not ONE_SPLIT:
             part_out, part_lse = state_to_partial(m_i, l_i, acc)
@@ -906,7 +919,7 @@ def prepare_paged_attention(
         DOT_PRECISION="ieee" if query.dtype == torch.float32 else "tf32",
         DOT_UPCAST=query.dtype == torch.bfloat16 and _interpreted(),
         MERGE_GROUP=1 if split_tokens == _NO_SPLIT else _MERGE_GROUP,
-        ONE_SPLIT=split_tokens == _NO_SPLIT and not write_partial, USE_PDL=pdl,
+        ONE_SPLIT=split_tokens == _NO_SPLIT and not write_partial, USE_PDL=pdl, PDL_LATE=pdl_late(),
         num_warps=num_warps, num_stages=num_stages,
     )
     combine_grid, blocking = _combine_blocking(num_tokens, num_heads, dv_pad, num_splits, device)
