@@ -134,6 +134,12 @@ SWEEPS = {
     "mla_b32": Sweep("B32_ctx8192_H16", _MLA, 16, _scores("rows", (
         (64, 4, 2, 2), (64, 4, 2, 4), (32, 4, 3, 2), (32, 4, 3, 4), (32, 4, 2, 4), (64, 4, 3, 4),
         (64, 4, 2, 8), (32, 4, 2, 8), (64, 8, 2, 4)))),
+    # the H16 tile's split count on both memory-bound H16 shapes (programs per SM 1, 2, 4: B128 x
+    # 4096 unsplit, 2, 4 splits; B32 x 8192 4, 8, 16) and a third stage
+    "mla_h16_splits": Sweep("B128_ctx4096_H16", _MLA, 16, _scores("rows", (
+        (64, 4, 2, 2), (64, 4, 2, 1), (64, 4, 2, 4), (64, 4, 3, 2), (32, 4, 3, 1)))),
+    "mla_b32_splits": Sweep("B32_ctx8192_H16", _MLA, 16, _scores("rows", (
+        (64, 4, 2, 2), (64, 4, 2, 1), (64, 4, 3, 1), (64, 4, 3, 2), (32, 4, 3, 1)))),
     # H128 (two head groups): the best tiles in both grid orders, GRID "heads" launching the two
     # head groups of a sequence adjacent (mla._CONFIGS)
     "mla_h128": Sweep("B64_ctx4096_H128", _MLA, 64, _scores("split", (
