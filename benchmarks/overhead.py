@@ -119,6 +119,17 @@ def null_launch():
             binary = functools.partial(no_binary, self.kernel.fn.__name__)
             self.cache[self.current_device(), self._key(kwargs)] = (binary, None, None, None)
 
+        def _descriptor_entry(self, entry, descriptors, tensors):
+            # a Gluon kernel's launch with pre-encoded descriptors: the stand-in binary as its C
+            # launcher, each descriptor "encoded" as [an object, *shape, *strides] (no driver to
+            # encode with here; the real encoding too runs once per cache address)
+            caches = tuple(_launch.DescriptorCache.of(descriptors[p.name], tensors[p.name].dtype, {}, stand_in_encode)
+                           for p in self.params if p.name in descriptors)
+            return (entry[0], None, None, None, False, False, *caches)
+
+    def stand_in_encode(desc, meta) -> list:
+        return [object(), *desc.shape, *desc.strides]
+
     stand_ins: dict[int, StandIn] = {}
 
     def fast_launcher(kernel):
