@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import math
 import os
 import statistics
@@ -105,15 +106,29 @@ def null_launch():
     from torch_paged_attn.lowering.triton import _launch
 
     binary_calls = [0]  # yielded: how many times a stand-in binary was launched
+    kernels: set[str] = set()  # the kernels given a stand-in binary (the rows' notes name them)
 
-    def no_binary(*arguments) -> None:
+    def no_binary(kernel: str, *arguments) -> None:
         binary_calls[0] += 1
+        kernels.add(kernel)
 
     class StandIn(_launch.FastLauncher):
         """A cached launcher whose every new key gets a binary that does nothing."""
 
         def _miss(self, grid, kwargs):
-            self.cache[self.current_device(), self._key(kwargs)] = (no_binary, None, None, None)
+            binary = functools.partial(no_binary, self.kernel.fn.__name__)
+            self.cache[self.current_device(), self._key(kwargs)] = (binary, None, None, None)
+
+        def _descriptor_entry(self, entry, descriptors, tensors):
+            # a Gluon kernel's launch with pre-encoded descriptors: the stand-in binary as its C
+            # launcher, each descriptor "encoded" as [an object, *shape, *strides] (no driver to
+            # encode with here; the real encoding too runs once per cache address)
+            caches = tuple(_launch.DescriptorCache.of(descriptors[p.name], tensors[p.name].dtype, {}, stand_in_encode)
+                           for p in self.params if p.name in descriptors)
+            return (entry[0], None, None, None, False, False, *caches)
+
+    def stand_in_encode(desc, meta) -> list:
+        return [object(), *desc.shape, *desc.strides]
 
     stand_ins: dict[int, StandIn] = {}
 
@@ -130,12 +145,30 @@ def null_launch():
     saved = lowering._choose, _launch._fast_launcher, _launch._cached_path_open
     lowering._choose = lambda op, facts: saved[0](op, {**facts, "device": "cuda"})
     _launch._fast_launcher, _launch._cached_path_open = fast_launcher, open_on_any_device
+    # the Gluon sm_90 MLA kernel's host path too (its device test passed, and 132 SMs to split
+    # over, as on an H100), where this Triton has Gluon
+    gluon = _gluon_mla_module()
+    if gluon is not None:
+        from torch_paged_attn.lowering.triton import paged_attention
+
+        saved_gluon = gluon.declines, paged_attention._num_sms
+        gluon.declines = lambda q_latent, q_rope, kv_cache: None
+        paged_attention._num_sms = lambda device: 132 if device.type != "cuda" else saved_gluon[1](device)
     lowering._CHOICES.clear()
     try:
-        yield binary_calls
+        yield binary_calls, kernels
     finally:
         lowering._choose, _launch._fast_launcher, _launch._cached_path_open = saved
+        if gluon is not None:
+            gluon.declines, paged_attention._num_sms = saved_gluon
         lowering._CHOICES.clear()
+
+
+def _gluon_mla_module():
+    """``lowering.triton.mla_sm90`` where this Triton has Gluon, else None."""
+    from torch_paged_attn.lowering.triton import _sm90, mla_sm90
+
+    return mla_sm90 if _sm90.gl is not None else None
 
 
 def op_calls(device: torch.device) -> dict[str, Callable[[], Any]]:
@@ -155,6 +188,12 @@ def op_calls(device: torch.device) -> dict[str, Callable[[], Any]]:
     k, v, slots = t(1, Hkv, D), t(1, Hkv, D), torch.tensor([3], device=device)
     po, so, pl, sl = t(1, Hq, D), t(1, Hq, D), t(1, Hq, dtype=torch.float32), t(1, Hq, dtype=torch.float32)
     ql, qr, mla_cache = t(1, 16, L), t(1, 16, R), t(2, BS, W)
+    # B1 x 32768 keys, 128 heads, block size 64 (the Gluon sm_90 kernel's eager case in
+    # benchmarks/RESULTS.md, split 132 ways on an H100): the table's width decides the plan,
+    # its two blocks' contents nothing
+    gl_l, gl_r = t(1, 128, L), t(1, 128, R)
+    gl_cache, gl_table = torch.zeros(2, 64, W, device=device, dtype=dt), torch.zeros(1, 512, dtype=torch.int32,
+                                                                                     device=device)
     kv_c, k_pe, gathered = t(1, L), t(1, R), torch.empty(BS, W, device=device, dtype=dt)
     cu = i32(0, BS)
     scale = 1.0 / math.sqrt(D)
@@ -174,6 +213,7 @@ def op_calls(device: torch.device) -> dict[str, Callable[[], Any]]:
         "merge_attn_states": lambda: tpa.merge_attn_states(po, pl, so, sl),
         "merge_attn_states_out": lambda: tpa.merge_attn_states_out(po, pl, so, sl, out, lse),
         "mla_decode": lambda: tpa.mla_decode(ql, qr, mla_cache, table, lens, qsl, scale=0.07),
+        "mla_decode B1x32768 H128": lambda: tpa.mla_decode(gl_l, gl_r, gl_cache, gl_table, lens, qsl, scale=0.07),
         "concat_and_cache_mla": lambda: tpa.concat_and_cache_mla(kv_c, k_pe, mla_cache, slots),
         "gather_cache": lambda: tpa.gather_cache(mla_cache, table, cu, None, gathered),
     }
@@ -275,8 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     meta = H.device_info(device)
     meta["args"] = vars(args)
     path = H.json_path("overhead", meta, args.out)
-    with null_launch() if args.null_launch else contextlib.nullcontext() as binary_calls:
-        rows = _measure_all(args, device, calls, reps, binary_calls)
+    with null_launch() if args.null_launch else contextlib.nullcontext((None, None)) as (binary_calls, kernels):
+        rows = _measure_all(args, device, calls, reps, binary_calls, kernels)
     null = next((r.extra.get("events_us") for r in rows if r.provider == "null kernel, cached launch"), None)
     for r in rows:
         if r.status == "ok" and null is not None and r.extra.get("events_us") is not None:
@@ -294,7 +334,8 @@ def _raiser(reason: str) -> Callable[[], Callable[[], Any]]:
     return make
 
 
-def _measure_all(args, device: torch.device, calls: int, reps: int, binary_calls: list[int] | None) -> list[H.Row]:
+def _measure_all(args, device: torch.device, calls: int, reps: int, binary_calls: list[int] | None,
+                 kernels: set[str] | None) -> list[H.Row]:
     targets: dict[str, Callable[[], Callable[[], Any]]] = {}
     if device.type == "cuda" and not args.null_launch:
         targets["null triton kernel"] = null_kernel
@@ -328,9 +369,12 @@ def _measure_all(args, device: torch.device, calls: int, reps: int, binary_calls
             row.extra.update(measure(fn, device, calls, reps), note=note)
             if binary_calls is not None:  # --null-launch: kernels one call launches on the cached path
                 binary_calls[0] = 0
+                kernels.clear()
                 fn()
                 row.extra["cached_launches"] = binary_calls[0]
-                row.extra["note"] = "; ".join(x for x in (note, f"{binary_calls[0]} cached launch(es) a call") if x)
+                row.extra["kernels"] = sorted(kernels)
+                row.extra["note"] = "; ".join(x for x in (note, f"{binary_calls[0]} cached launch(es) a call",
+                                                          "+".join(sorted(kernels))) if x)
             if name in ops and "torch.ops" not in name and device.type == "cuda" and not args.null_launch:
                 with _env("TORCH_PAGED_ATTN_FAST_LAUNCH", "0"):
                     slow = measure(fn, device, calls, reps)

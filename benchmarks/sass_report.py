@@ -68,7 +68,7 @@ from torch_paged_attn.lowering.triton import mla as mla_kernel  # noqa: E402
 from torch_paged_attn.lowering.triton import mla_sm90, prefill_sm90  # noqa: E402
 from torch_paged_attn.lowering.triton import paged_attention as attn_kernel  # noqa: E402
 from torch_paged_attn.lowering.triton import prefill as prefill_kernel  # noqa: E402
-from torch_paged_attn.lowering.triton._launch import without_hints  # noqa: E402
+from torch_paged_attn.lowering.triton._launch import Descriptor, _described, without_hints  # noqa: E402
 
 META = torch.device("meta")
 COLUMNS = ("regs", "stack", "LDL", "STL", "smem", "HGMMA", "HMMA", "LDGSTS", "LDS8", "instrs", "loop", "URundef")
@@ -79,20 +79,24 @@ def captured_launches(sms: int, arch: int = 90) -> Iterator[list]:
     """Inside the block the Triton lowerings plan as on a GPU of ``sms`` SMs and compute capability
     ``arch`` and record each launch as ``(kernel, kwargs)`` in the yielded list instead of running it."""
     launches: list = []
-    modules = (attn_kernel, mla_kernel)
-    gluon_modules = (prefill_sm90, mla_sm90)
-    saved = ([m.launcher for m in modules], attn_kernel._num_sms, prefill_kernel._capability,
-             [m.kernel_launch for m in gluon_modules], _sm90.unavailable)
+    # the Gluon kernels' plans launch through ``launcher`` too, their TMA descriptors as
+    # ``_launch.descriptor`` constants whose bases the calls pass (made into the
+    # ``TensorDescriptor`` that Triton specialises on here)
+    modules = (attn_kernel, mla_kernel, prefill_sm90, mla_sm90)
+    saved = ([m.launcher for m in modules], attn_kernel._num_sms, prefill_kernel._capability, _sm90.unavailable)
     prefill_kernel._capability = lambda device: divmod(arch, 10)
+
+    def capture(kernel, grid, **constants):
+        fixed = without_hints(constants)
+        descriptors = {k: v for k, v in fixed.items() if isinstance(v, Descriptor)}
+        fixed = {k: v for k, v in fixed.items() if k not in descriptors}
+        return lambda like, **tensors: launches.append((kernel, {**_described(tensors, descriptors), **fixed}))
+
     for m in modules:
-        m.launcher = lambda kernel, grid, **constants: (
-            lambda like, _fixed=without_hints(constants), **tensors: launches.append((kernel, {**tensors, **_fixed}))
-        )
-    for m in gluon_modules:  # the Gluon kernels' launches (all by keyword), captured the same way
-        m.kernel_launch = lambda kernel, grid, like: (lambda **kwargs: launches.append((kernel, kwargs)))
+        m.launcher = capture
     # the Gluon kernels plan on the meta tensors as on an sm_90 GPU (a meta tensor is a plain
     # eager one, so their runners call the launch directly)
-    _sm90.unavailable = lambda t, _real=saved[4]: None if arch == 90 and t.device.type == "meta" else _real(t)
+    _sm90.unavailable = lambda t, _real=saved[3]: None if arch == 90 and t.device.type == "meta" else _real(t)
     attn_kernel._num_sms = lambda device: sms
     lowering._CHOICES.clear()
     try:
@@ -100,11 +104,9 @@ def captured_launches(sms: int, arch: int = 90) -> Iterator[list]:
     finally:
         for m, launcher in zip(modules, saved[0]):
             m.launcher = launcher
-        for m, launch in zip(gluon_modules, saved[3]):
-            m.kernel_launch = launch
         attn_kernel._num_sms = saved[1]
         prefill_kernel._capability = saved[2]
-        _sm90.unavailable = saved[4]
+        _sm90.unavailable = saved[3]
         lowering._CHOICES.clear()
 
 

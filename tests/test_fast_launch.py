@@ -19,6 +19,8 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import types
+from typing import Any
 
 import pytest
 import torch
@@ -728,3 +730,271 @@ def test_cuda_graph_replay_with_fast_launch_equals_eager_cuda(monkeypatch) -> No
         torch.cuda.synchronize()
         for e, g in zip(expected, static):
             assert torch.equal(e.view(torch.uint8), g.view(torch.uint8)), name
+
+
+# -- pre-encoded TMA descriptors (Gluon kernels) ----------------------------------------------------
+
+_TRITON_36 = ".".join(triton.__version__.split(".")[:2]) == "3.6"
+triton_36 = pytest.mark.skipif(not _TRITON_36, reason="Triton 3.6's launcher (backends/nvidia/driver.py) only")
+# a binary's tensordesc_meta entry for a bf16 descriptor with [64, 64] boxes, 128-byte swizzle
+_META = {"swizzle": 3, "elem_size": 2, "elem_type": 9, "block_size": [64, 64], "fp4_padded": False}
+
+
+def _desc_kernel_fn(x_ptr, x_desc, n, BLOCK: tl.constexpr):
+    pass
+
+
+def _spec(rows: int = 64, width: int = 128, box: tuple = (64, 64), swizzle: int = 128):
+    gl = pytest.importorskip("triton.experimental.gluon.language")
+    layout = gl.NVMMASharedLayout(swizzle_byte_width=swizzle, element_bitwidth=16, rank=2)
+    return _launch.descriptor((rows, width), (width, 1), box, layout)
+
+
+@pytest.fixture
+def fake_fill(monkeypatch):
+    """Triton's active driver replaced by one whose ``fill_tma_descriptor`` returns its arguments
+    (as the "CUtensorMap": equal maps for equal arguments); the list of its calls."""
+
+    calls = []
+
+    def fill(*args):
+        calls.append(args)
+        return ("map", *(tuple(a) if isinstance(a, list) else a for a in args))
+
+    utils = types.SimpleNamespace(fill_tma_descriptor=fill)
+    monkeypatch.setattr(triton.runtime, "driver", types.SimpleNamespace(active=types.SimpleNamespace(utils=utils)))
+    return calls
+
+
+def _triton_encode():
+    from triton.backends.nvidia.driver import make_tensordesc_arg
+
+    return make_tensordesc_arg
+
+
+def _bf16_base(offset: int = 0) -> torch.Tensor:
+    """A bf16 buffer whose data starts 16-byte aligned, ``offset`` elements in."""
+    buf = torch.zeros(64 * 128 + 64, dtype=torch.bfloat16)
+    skip = (-buf.data_ptr() % 16) // 2
+    return buf[skip + offset:]
+
+
+@triton_36
+def test_descriptor_cache_key(fake_fill, monkeypatch) -> None:
+    """Equal values share one encoding; another base address, shape, stride, box, layout, dtype
+    or binary metadata gets its own, as Triton's ``make_tensordesc_arg`` encodes it."""
+    monkeypatch.setattr(_launch, "_DESCRIPTORS", {})
+    encode = _triton_encode()
+    base = _bf16_base()
+    cache = _launch.DescriptorCache.of(_spec(), torch.bfloat16, _META, encode)
+    assert _launch.DescriptorCache.of(_spec(), torch.bfloat16, dict(_META), encode) is cache
+    first = cache.encode(base)
+    assert cache.get(base.data_ptr()) is first and len(fake_fill) == 1
+    assert first == tuple(encode(_spec().of(base), _META))  # Triton's own expansion
+    fp16_meta = dict(_META, elem_type=6)
+    variants = [
+        (cache, _bf16_base(8)),  # another address (16 bytes on)
+        (_launch.DescriptorCache.of(_spec(rows=32), torch.bfloat16, _META, encode), base),  # shape
+        (_launch.DescriptorCache.of(_spec(width=64), torch.bfloat16, _META, encode), base),  # shape and stride
+        (_launch.DescriptorCache.of(_spec(box=(32, 64)), torch.bfloat16, dict(_META, block_size=[32, 64]), encode),
+         base),  # box
+        (_launch.DescriptorCache.of(_spec(swizzle=64), torch.bfloat16, dict(_META, swizzle=2), encode), base),
+        (_launch.DescriptorCache.of(_spec(), torch.float16, fp16_meta, encode), base.view(torch.float16)),  # dtype
+    ]
+    encodings = {first}
+    for c, b in variants:
+        assert c is cache or c.get(b.data_ptr()) is None
+        e = c.encode(b)
+        assert e not in encodings and e == tuple(encode(c.spec.of(b), c.meta))
+        encodings.add(e)
+    # a spec, dtype or metadata alone makes another cache (its encodings may coincide: the binary's
+    # metadata is what decides the map, and a binary of another box has other metadata)
+    assert _launch.DescriptorCache.of(_spec(box=(32, 64)), torch.bfloat16, _META, encode) is not cache
+    assert _launch.DescriptorCache.of(_spec(), torch.float16, _META, encode) is not cache
+
+
+def _triton_launcher(raw, metas: list, scratch: int = 0):
+    """Triton 3.6's own ``CudaLauncher`` (its ``__call__`` and ``wrap_handle_tensordesc``) around
+    the C launcher ``raw``, for ``_desc_kernel_fn``'s signature, without compiling anything."""
+    from triton.backends.nvidia import driver
+
+    signature = {"x_ptr": "*fp32", "x_desc": "tensordesc<bf16[64, 64]>", "n": "i32", "BLOCK": "constexpr"}
+    run = driver.CudaLauncher.__new__(driver.CudaLauncher)
+    run.num_ctas = 1
+    run.launch = driver.wrap_handle_tensordesc(raw, signature, metas)
+    run.global_scratch_size, run.global_scratch_align = scratch, 128
+    run.profile_scratch_size, run.profile_scratch_align = 0, 1
+    run.launch_cooperative_grid, run.launch_pdl = False, True
+    return run
+
+
+class _DescStandIn(JITFunction):
+    """A JITFunction over ``_desc_kernel_fn`` whose ``kernel[grid]`` launches, as
+    ``JITFunction.run`` does, one stand-in binary per specialisation with Triton's launcher."""
+
+    def __init__(self, make_run):
+        super().__init__(_desc_kernel_fn)
+        self.make_run = make_run
+        self.binaries: dict[tuple, Any] = {}
+        self.slow_calls = 0
+
+    def _choose(self, kwargs):
+        key = _triton_key(self, kwargs)
+        if key not in self.binaries:
+            self.binaries[key] = types.SimpleNamespace(run=self.make_run(), function=1000 + len(self.binaries),
+                                                       packed_metadata=(4, 1, 0))
+        return self.binaries[key]
+
+    def __getitem__(self, grid):
+        def run(**kwargs):
+            self.slow_calls += 1
+            compiled = self._choose(kwargs)
+            g = (*grid, 1, 1)[:3]
+            args = [kwargs[p.name] if p.name in kwargs else p.default for p in self.params]
+            compiled.run(*g, 77, compiled.function, compiled.packed_metadata, None, None, None, *args)
+            return compiled
+
+        return run
+
+    def run(self, *, grid, warmup, **kwargs):
+        assert warmup
+        return self._choose(kwargs)
+
+
+
+
+@triton_36
+def test_descriptor_launch_passes_what_triton_passes(fake_fill, monkeypatch) -> None:
+    """A cached launch with a pre-encoded descriptor calls the C launcher with exactly the
+    arguments Triton's ``CudaLauncher`` passes it for the same call with a ``TensorDescriptor``
+    (``make_tensordesc_arg``'s expansion, launch flags, no scratch), encodes each base address
+    once, and runs the binary Triton chooses (check mode too)."""
+    monkeypatch.setattr(_launch, "_cached_path_open", _open_on_cpu)
+    monkeypatch.setattr(_launch, "_DESCRIPTORS", {})
+    raw_calls: list[tuple] = []
+    encoded: set[int] = set()
+    kernel = _DescStandIn(lambda: _triton_launcher(lambda *a: raw_calls.append(a), [dict(_META)]))
+    fast = _launch.FastLauncher(kernel, current_device=lambda: 0, current_stream=lambda d: 77)
+    monkeypatch.setattr(_launch, "_fast_launcher", lambda k: fast if k is kernel else None)
+    spec = _spec()
+    go = _launch.launcher(kernel, (3, 2), x_desc=spec, n=5, BLOCK=16, num_warps=4)
+    x, base, other = torch.zeros(8), _bf16_base(), _bf16_base(8)
+    first = go(x, x_ptr=x, x_desc=base)  # through kernel[grid], with a TensorDescriptor
+    assert kernel.slow_calls == 1 and len(raw_calls) == 1 and len(fake_fill) == 1
+    for b in (base, base, other, base, other):
+        fills = len(fake_fill)
+        assert go(x, x_ptr=x, x_desc=b) is first and kernel.slow_calls == 1
+        cached = raw_calls[-1]
+        # Triton's own launch of these arguments: CudaLauncher.__call__ -> inner -> C launcher
+        first.run(3, 2, 1, 77, first.function, first.packed_metadata, None, None, None,
+                  x.data_ptr(), spec.of(b), 5, 16)
+        assert cached == raw_calls[-1], (cached, raw_calls[-1])
+        assert cached[:13] == (3, 2, 1, 77, first.function, False, True, None, None, (4, 1, 0), None, None, None)
+        assert len(fake_fill) == fills + 1 + (b.data_ptr() not in encoded)  # Triton's, and ours once
+        encoded.add(b.data_ptr())
+    # a new dtype of x is another specialisation, another binary
+    assert go(x, x_ptr=x.half(), x_desc=base) is not first and kernel.slow_calls == 2
+    monkeypatch.setattr(_launch, "_cached_path_open", lambda like: "check")
+    assert go(x, x_ptr=x, x_desc=base) is first  # Triton agrees
+    # a binary needing scratch memory: no pre-encoded launch (Triton's launcher allocates it)
+    entry = (None, None, None, types.SimpleNamespace(run=_triton_launcher(lambda *a: None, [dict(_META)], scratch=64),
+                                        function=1, packed_metadata=(4, 1, 0)))
+    assert fast._descriptor_entry(entry, {"x_desc": spec}, {"x_desc": base}) is None
+    # nor one whose descriptor was not lowered to TMA (no metadata: its expansion holds the tensor)
+    entry = (None, None, None, types.SimpleNamespace(run=_triton_launcher(lambda *a: None, [None]), function=1,
+                                        packed_metadata=(4, 1, 0)))
+    assert fast._descriptor_entry(entry, {"x_desc": spec}, {"x_desc": base}) is None
+    # nor one whose launcher is not Triton 3.6's CudaLauncher
+    entry = (None, None, None, types.SimpleNamespace(run=lambda *a: None, function=1, packed_metadata=(4, 1, 0)))
+    assert fast._descriptor_entry(entry, {"x_desc": spec}, {"x_desc": base}) is None
+
+
+@triton_36
+def test_descriptor_launch_with_scratch_goes_through_triton(fake_fill, monkeypatch) -> None:
+    """A binary with global scratch launches every call through Triton's ``CudaLauncher`` (which
+    allocates the scratch), with the ``TensorDescriptor``."""
+    from triton.backends.nvidia import driver
+
+    monkeypatch.setattr(_launch, "_cached_path_open", _open_on_cpu)
+    allocations = []
+    monkeypatch.setattr(driver._allocation, "_allocator",
+                        types.SimpleNamespace(get=lambda: lambda size, align, stream: allocations.append(size) or 1234))
+    raw_calls: list[tuple] = []
+    kernel = _DescStandIn(lambda: _triton_launcher(lambda *a: raw_calls.append(a), [dict(_META)], scratch=64))
+    fast = _launch.FastLauncher(kernel, current_device=lambda: 0, current_stream=lambda d: 77)
+    go = fast.constant_launch((3,), {"n": 5, "BLOCK": 16, "num_warps": 4}, descriptors={"x_desc": _spec()})
+    x, base = torch.zeros(8), _bf16_base()
+    for _ in range(3):
+        go(x, x_ptr=x, x_desc=base)
+    assert len(allocations) == 3 and all(c[7] == 1234 for c in raw_calls)  # scratch at every launch
+    assert len(fake_fill) == 3  # Triton's launcher encodes at every launch
+
+
+def test_descriptor_launcher_elsewhere_builds_the_descriptor(monkeypatch) -> None:
+    """Where the cached path is not implemented (another Triton) the descriptor parameter's base
+    becomes its ``TensorDescriptor`` per call, and ``launch`` runs."""
+    monkeypatch.setattr(_launch, "_PROTOCOL_VERSIONS", ("0.0",))
+    kernel = JITFunction(_desc_kernel_fn)
+    spec = _spec()
+    go = _launch.launcher(kernel, (2,), x_desc=spec, n=5, BLOCK=16)
+    assert isinstance(go, _launch.functools.partial) and go.func is _launch._launch_with_descriptors
+    seen = []
+    monkeypatch.setattr(_launch, "launch", lambda k, grid, like: lambda **kw: seen.append((k, grid, kw)))
+    x, base = torch.zeros(8), _bf16_base()
+    go(x, x_ptr=x, x_desc=base)
+    (k, grid, kw), = seen
+    assert k is kernel and grid == (2,) and kw["x_ptr"] is x and (kw["n"], kw["BLOCK"]) == (5, 16)
+    desc = kw["x_desc"]
+    assert type(desc).__name__ == "TensorDescriptor" and desc.base is base
+    assert (list(desc.shape), list(desc.strides), list(desc.block_shape), desc.layout) == (
+        [64, 128], [128, 1], [64, 64], spec.layout)
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["unsplit", "split"])
+def test_gluon_plans_pass_only_tensors_per_call(split, monkeypatch) -> None:
+    """The Gluon kernels' plans (``mla_sm90.prepare``, ``prefill_sm90.prepare``) fix every launch
+    argument but the tensors: a planned eager call passes tensors alone, the cache itself as its
+    descriptor's base."""
+    from torch_paged_attn.lowering.triton import _sm90, mla_sm90, prefill_sm90
+    from torch_paged_attn.lowering.triton import paged_attention as tpa
+
+    if _sm90.gl is None:
+        pytest.skip("this Triton has no Gluon")
+    made, calls = [], []
+
+    def launcher(kernel, grid, **constants):
+        made.append((kernel, grid, constants))
+        return lambda like, **tensors: calls.append((like, tensors))
+
+    monkeypatch.setattr(mla_sm90, "launcher", launcher)
+    monkeypatch.setattr(prefill_sm90, "launcher", launcher)
+    bf = torch.bfloat16
+    ql, qr, cache = torch.zeros(2, 128, 512, dtype=bf), torch.zeros(2, 128, 64, dtype=bf), torch.zeros(4, 64, 576, dtype=bf)
+    table, lens, qsl = torch.zeros(2, 8, dtype=torch.int32), torch.ones(2, dtype=torch.int32), torch.arange(3, dtype=torch.int32)
+    out, lse = torch.empty_like(ql), torch.empty(2, 128)
+    call = (ql, qr, cache, table, lens, qsl, out, lse)
+    if split:
+        workspace = tpa._Workspace(True, 2, 4, 128, 512, ql.device)
+        run = mla_sm90.prepare(scale=0.1, causal=True, split_tokens=128, call=call, workspace=workspace,
+                               combine=lambda *a: None)
+    else:
+        run = mla_sm90.prepare(scale=0.1, causal=True, split_tokens=tpa._NO_SPLIT, call=call)
+    run(*call, {})
+    q, k, v = torch.zeros(5, 8, 64, dtype=bf), torch.zeros(4, 16, 2, 64, dtype=bf), torch.zeros(4, 16, 2, 64, dtype=bf)
+    p_out, p_lse = torch.empty_like(q), None if split else torch.empty(5, 8)
+    prefill_sm90.prepare(q, k, v, table, lens, qsl, p_out, p_lse, scale=0.1, causal=True,
+                         rows=(128, 32, 4, 1))(q, k, v, table, lens, qsl, p_out, p_lse, {})
+    assert len(made) == len(calls) == 2
+    (mla_kernel, grid, constants), (pre_kernel, _, pre_constants) = made
+    assert grid == (2, 2, 4 if split else 1)
+    assert isinstance(constants["kv_desc"], _launch.Descriptor) and constants["kv_desc"].shape == (256, 576)
+    assert isinstance(pre_constants["k_desc"], _launch.Descriptor) and pre_constants["v_desc"].shape == (64, 128)
+    for like, tensors in calls:
+        assert isinstance(like, torch.Tensor)
+        assert all(isinstance(t, torch.Tensor) for t in tensors.values()), tensors
+    mla_tensors, pre_tensors = calls[0][1], calls[1][1]
+    assert mla_tensors["kv_desc"] is cache and pre_tensors["k_desc"] is k and pre_tensors["v_desc"] is v
+    # every kernel parameter is either fixed in the plan or a tensor of the call
+    for (kernel, _, fixed), (_, tensors) in zip(made, calls):
+        params = {p.name for p in kernel.params if not p.has_default}
+        assert params == (set(fixed) - {"num_warps"}) | set(tensors), params ^ (set(fixed) | set(tensors))

@@ -806,8 +806,15 @@ def test_gluon_mla_cuda(case: Case, sms: str, gluon_mla, monkeypatch) -> None:
         one_sm(monkeypatch)
     else:
         monkeypatch.setenv("TORCH_PAGED_ATTN_FAST_LAUNCH", "check")
+    from torch_paged_attn.lowering.triton import _launch, mla_sm90
+
+    monkeypatch.setattr(_launch, "_DESCRIPTORS", {})  # this test's encodings only
     check_case(case, "cuda")
     assert gluon_mla, "the Gluon MLA kernel did not run"
+
+    if _launch._fast_launcher(mla_sm90._mla_sm90_kernel) is not None:  # Triton 3.6: its C launcher, called
+        assert any(c.spec.shape[1] == case.latent + case.rope for c in _launch._DESCRIPTORS.values()), \
+            "no launch with a pre-encoded descriptor"  # with the descriptor encoded by the package
     splits = gluon_mla[-1].get("workspace") is not None
     if case.split_tokens is not None or (sms == "all_sms" and max(case.kv_lens) > 256):
         assert splits, gluon_mla[-1]

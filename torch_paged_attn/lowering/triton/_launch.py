@@ -34,6 +34,23 @@ stream (so CUDA-graph capture records it), and only while Triton has nothing att
 ``kernel[grid]``. ``TORCH_PAGED_ATTN_FAST_LAUNCH=0`` turns it off; ``=check`` keeps it on and
 asks Triton, at every cached launch, which binary it would run, raising if that is not the one
 launched (tests and debugging; as slow as ``kernel[grid]``).
+
+Pre-encoded descriptors. A Gluon kernel's host-side TMA descriptor is a ``TensorDescriptor``
+argument; Triton 3.6's ``CudaLauncher`` (backends/nvidia/driver.py) wraps the binary's C
+launcher ``mod.launch`` in ``wrap_handle_tensordesc``'s ``inner``, a Python loop over the
+arguments that replaces each descriptor by ``make_tensordesc_arg(desc, meta)`` =
+``[fill_tma_descriptor(...), *shape, *strides]`` (cuTensorMapEncodeTiled at every launch; ``meta``
+from the binary's ``tensordesc_meta``), and ``CudaLauncher.__call__`` allocates global and profile
+scratch only for sizes > 0 and passes ``launch_cooperative_grid`` and ``launch_pdl`` from the
+metadata. With ``launcher(kernel, grid, x_desc=descriptor(shape, strides, box, layout), ...)``
+a call passes the base tensor as ``x_desc``; a cached launch calls ``mod.launch`` (read from
+``inner``'s closure with the descriptor indices and metadata, ``_unwrapped_launcher``) as
+``inner`` would: ``mod.launch(g0, g1, g2, stream, function, launch_cooperative_grid, launch_pdl,
+None, None, packed_metadata, None, None, None, *arguments)`` (``launch_metadata`` and hooks None:
+``idle``), each descriptor expanded to the list Triton's own ``make_tensordesc_arg`` made for that
+base address once (``DescriptorCache``). A binary with scratch, without TMA metadata or with
+another launcher launches with a ``TensorDescriptor`` as before; elsewhere (tracing, CPU, other
+Tritons) the ``TensorDescriptor`` is built per call and ``launch`` runs.
 """
 
 from __future__ import annotations
@@ -77,12 +94,11 @@ def launch(kernel, grid, like: torch.Tensor):
     """The launcher of ``kernel`` over ``grid`` for a call whose tensors look like ``like``;
     call it with the kernel's arguments by keyword."""
     if type(like) is torch.Tensor and torch._C._len_torch_dispatch_stack() == 0:
-        if like.is_cuda and not torch.compiler.is_compiling():
-            mode = fast_launch_mode()
-            if mode != "0":
-                fast = _fast_launcher(kernel)
-                if fast is not None and fast.idle():
-                    return fast.bind(grid, check=mode == "check")
+        mode = _cached_path_open(like)  # looked up in the module per call (benchmarks/overhead.py swaps it)
+        if mode is not None:
+            fast = _fast_launcher(kernel)
+            if fast is not None and fast.idle():
+                return fast.bind(grid, check=mode == "check")
         return kernel[grid]
     return wrap_triton(kernel)[grid]
 
@@ -235,7 +251,8 @@ def launch(_grid, {params}):
         self.key = namespace["key"]
         self.launch = namespace["launch"]
 
-    def constant_launch(self, grid, constants: dict[str, Any], same: dict[str, str] | None = None) -> Callable:
+    def constant_launch(self, grid, constants: dict[str, Any], same: dict[str, str] | None = None,
+                        descriptors: dict[str, Descriptor] | None = None) -> Callable:
         """``launcher(kernel, grid, **constants)``: ``go(like, **tensors)``, taking every
         parameter of the kernel that ``constants`` does not hold (tensors or None).
 
@@ -259,25 +276,35 @@ def launch(_grid, {params}):
         ``same`` maps a tensor parameter to another that it usually is, or to None when it is
         usually None (``same_as``: a stand-in for an absent optional tensor): while it is that
         very object, ``go`` reads no dtype or address of it; any other value takes the full key.
+
+        ``descriptors`` maps a descriptor parameter to its ``Descriptor`` (``launcher`` splits
+        them off): ``go`` takes the base tensor there, and a cached launch calls the binary's C
+        launcher itself with the encoded descriptor from ``DescriptorCache`` (see "Pre-encoded
+        descriptors" in the module docstring); a binary whose launch cannot be taken apart that
+        way (``_descriptor_entry``) launches as ``bind(grid)`` does, with a ``TensorDescriptor``.
         """
         same = same or {}
-        names = (tuple(constants), tuple(same.items()))
+        descriptors = descriptors or {}
+        same = {a: t for a, t in same.items() if a not in descriptors and t not in descriptors}
+        names = (tuple(constants), tuple(same.items())) + ((tuple(descriptors),) if descriptors else ())
         factory = self._factories.get(names)
         if factory is None:
-            factory = self._make_factory(constants, same)
+            factory = self._make_factory(constants, same, tuple(descriptors))
             if factory is None:  # no active Triton driver (no GPU): nothing could take the cached path
-                return functools.partial(_launch_with, self.kernel, grid, without_pdl(constants))
+                return _elsewhere(self.kernel, grid, without_pdl(constants), descriptors)
             self._factories[names] = factory
         cache: dict[tuple, tuple] = {}  # (device, dtype and address % 16 of each tensor) -> entry
         aligned: dict[tuple, tuple] = {}  # (device, dtype of each tensor but aliases) -> entry
         own, aliases, specialised = self._tensor_params[names]
 
         def miss(key: tuple | None, tensors: dict[str, Any]):
-            arguments = {**tensors, **constants}
+            arguments = {**_described(tensors, descriptors), **constants}
             compiled = self.bind(grid)(**arguments)
             full = self._key(arguments)
             device = self.current_device()
             entry = self.cache.get((device, full)) if full is not None else None
+            if entry is not None and descriptors:
+                entry = self._descriptor_entry(entry, descriptors, tensors)
             if key is not None and entry is not None:
                 cache[key] = entry
                 given = [tensors[n] for n in own]
@@ -290,7 +317,7 @@ def launch(_grid, {params}):
             return compiled
 
         def check(entry: tuple, tensors: dict[str, Any]) -> None:
-            chosen = self.kernel.run(grid=grid, warmup=True, **tensors, **constants)
+            chosen = self.kernel.run(grid=grid, warmup=True, **_described(tensors, descriptors), **constants)
             if chosen is not entry[3]:
                 raise RuntimeError(
                     f"fast launch of {self.kernel.fn.__name__}: the cached binary is not the one "
@@ -298,10 +325,11 @@ def launch(_grid, {params}):
                 )
 
         g = (*grid, 1, 1)[:3]
-        elsewhere = functools.partial(_launch_with, self.kernel, grid, without_pdl(constants))
+        elsewhere = _elsewhere(self.kernel, grid, without_pdl(constants), descriptors)
         return factory(g[0], g[1], g[2], tuple(constants.values()), cache, aligned, miss, elsewhere, check)
 
-    def _make_factory(self, constants: dict[str, Any], same: dict[str, str]) -> Callable | None:
+    def _make_factory(self, constants: dict[str, Any], same: dict[str, str],
+                      descriptors: tuple[str, ...] = ()) -> Callable | None:
         """The generated ``factory(g0, g1, g2, constant values, cache, aligned, miss, elsewhere,
         check) -> go`` of ``constant_launch`` for these constant names (None without an active
         Triton driver). A parameter with a default that ``constants`` does not name takes its
@@ -342,10 +370,14 @@ def launch(_grid, {params}):
                 if p.name not in constants:
                     namespace[f"_default_{p.name}"] = p.default
                     fixed = f"_default_{p.name}"
-                if not arguments or not arguments[-1].startswith("*"):
+                if not arguments or not arguments[-1].startswith("*_fixed"):
                     runs.append([])
                     arguments.append(f"*_fixed{len(runs) - 1}")
                 runs[-1].append(fixed)
+            elif p.name in descriptors:  # the base tensor; Triton specialises the descriptor on its
+                tensors.append(p.name)     # dtype, block shape and layout (the last two fixed here)
+                exprs.append(f"{p.name}.dtype")
+                arguments.append(f"*_d_{p.name}")
             else:
                 tensors.append(p.name)
                 exprs.extend(_pointer_key(p, address=f"_p_{p.name}"))
@@ -355,7 +387,7 @@ def launch(_grid, {params}):
                         specialised.append(aliases.get(p.name, p.name))
         own = [n for n in tensors if n not in aliases]
         specialised = list(dict.fromkeys(specialised))
-        self._tensor_params[(tuple(constants), tuple(same.items()))] = (
+        self._tensor_params[(tuple(constants), tuple(same.items())) + ((descriptors,) if descriptors else ())] = (
             tuple(own), tuple(aliases.items()), tuple(specialised))
         addresses = "".join(f"_p_{n} = None if {n} is None else {n}.data_ptr()\n                " for n in tensors)
         stand_ins = " or ".join(f"{a} is not {t}" for a, t in aliases.items())
@@ -370,6 +402,13 @@ def launch(_grid, {params}):
         # the fixed arguments as tuples, star-unpacked into the call: 59 constants of the attention
         # kernel cost 0.7 us less than as 59 closure variables (2-core CPU, 2026-11-24)
         fixed_runs = "".join(f"    _fixed{i} = ({''.join(f'{a}, ' for a in run)})\n" for i, run in enumerate(runs))
+        if descriptors:  # the C launcher itself (an entry of _descriptor_entry), descriptors encoded
+            encoded = "".join(f"_d_{n} = _entry[{6 + j}].get(_p_{n}) or _entry[{6 + j}].encode({n})\n        "
+                              for j, n in enumerate(d for d in tensors if d in descriptors))
+            binary = (f"{encoded}_entry[0](_g0, _g1, _g2, _current_stream(_device), _entry[1], _entry[4], _entry[5], "
+                      f"None, None, _entry[2], None, None, None,")
+        else:  # the binary's launcher (CompiledKernel.run)
+            binary = "_entry[0](_g0, _g1, _g2, _current_stream(_device), _entry[1], _entry[2], None, None, None,"
         src = f"""
 def factory(_g0, _g1, _g2, _constants, _cache, _aligned, _miss, _elsewhere, _check):
     ({unpack}) = _constants
@@ -394,7 +433,7 @@ def factory(_g0, _g1, _g2, _constants, _cache, _aligned, _miss, _elsewhere, _che
                 return _miss(_key, {by_name})
         if _mode != "1":
             _check(_entry, {by_name})
-        _entry[0](_g0, _g1, _g2, _current_stream(_device), _entry[1], _entry[2], None, None, None,
+        {binary}
                   {"".join(f"{n}, " for n in arguments)})
         return _entry[3]
 
@@ -402,6 +441,32 @@ def factory(_g0, _g1, _g2, _constants, _cache, _aligned, _miss, _elsewhere, _che
 """
         exec(src, namespace)
         return namespace["factory"]
+
+    def _descriptor_entry(self, entry: tuple, descriptors: dict[str, Descriptor], tensors: dict[str, Any]):
+        """The entry of ``constant_launch``'s descriptor launches for the binary of ``entry`` (an
+        entry of ``self.cache``: run, function, packed_metadata, compiled) whose descriptor
+        parameters got the bases in ``tensors``: ``(C launcher, function, packed_metadata,
+        compiled, launch_cooperative_grid, launch_pdl, DescriptorCache of each descriptor in
+        parameter order)``; None where the binary's launch is not the one read from Triton 3.6
+        (``_unwrapped_launcher``) or needs scratch memory, which then launches as before."""
+        compiled = entry[3]
+        unwrapped = _unwrapped_launcher(getattr(compiled, "run", None))
+        if unwrapped is None:
+            return None
+        raw, indices, metas, encode = unwrapped
+        run = compiled.run
+        # CudaLauncher.__call__ allocates scratch only for sizes > 0 and passes None otherwise
+        if run.global_scratch_size > 0 or run.profile_scratch_size > 0:
+            return None
+        positions = [i for i, p in enumerate(self.params) if p.name in descriptors]
+        if sorted(indices) != positions or len(metas) != len(positions) or any(m is None for m in metas):
+            return None  # descriptors not lowered to TMA (meta None): their expansion holds the tensor
+        caches = tuple(
+            DescriptorCache.of(descriptors[self.params[i].name], tensors[self.params[i].name].dtype, meta, encode)
+            for i, meta in zip(positions, metas)
+        )
+        return (raw, compiled.function, compiled.packed_metadata, compiled, run.launch_cooperative_grid,
+                run.launch_pdl, *caches)
 
     def _first(self, grid, **kwargs):
         self._generate(kwargs)
@@ -491,17 +556,27 @@ def launcher(kernel, grid, **constants) -> Callable[..., Any]:
     """The launch of ``kernel`` over ``grid`` with every argument but the tensors fixed
     (``constants``: scalars, constexprs, None pointers and launch options, by keyword, and
     ``same_as`` hints for tensor parameters); call it as ``launcher(like, **tensors)`` with every
-    other parameter of the kernel (hinted ones included). Same results as
+    other parameter of the kernel (hinted ones included; the base tensor for each ``descriptor``
+    constant, see "Pre-encoded descriptors" above). Same results as
     ``launch(kernel, grid, like)(**tensors, **constants)``, which it is wherever Triton's launch
     protocol is not implemented here (``FastLauncher.constant_launch`` otherwise), there with
     programmatic dependent launch off (``without_pdl``)."""
     same = {k: v.name for k, v in constants.items() if isinstance(v, SameAs)}
-    if same:
-        constants = without_hints(constants)
+    descriptors = {k: v for k, v in constants.items() if isinstance(v, Descriptor)}
+    if same or descriptors:
+        constants = {k: v for k, v in without_hints(constants).items() if k not in descriptors}
     fast = None if torch.compiler.is_compiling() else _fast_launcher(kernel)
     if fast is None:
-        return functools.partial(_launch_with, kernel, grid, without_pdl(constants))
-    return fast.constant_launch(grid, constants, same)
+        return _elsewhere(kernel, grid, without_pdl(constants), descriptors)
+    return fast.constant_launch(grid, constants, same, descriptors)
+
+
+def _elsewhere(kernel, grid, constants: dict[str, Any], descriptors: dict[str, Descriptor]) -> Callable:
+    """``launch``'s path for ``launcher``'s calls, a ``TensorDescriptor`` made per call for each
+    descriptor parameter."""
+    if descriptors:
+        return functools.partial(_launch_with_descriptors, kernel, grid, constants, descriptors)
+    return functools.partial(_launch_with, kernel, grid, constants)
 
 
 def _launch_with(kernel, grid, constants: dict[str, Any], like: torch.Tensor, **tensors):
@@ -519,6 +594,116 @@ def without_pdl(constants: dict[str, Any]) -> dict[str, Any]:
     if "launch_pdl" not in constants and not constants.get("USE_PDL"):
         return constants
     return {**{k: v for k, v in constants.items() if k != "launch_pdl"}, "USE_PDL": False}
+
+
+def _launch_with_descriptors(kernel, grid, constants: dict[str, Any], descriptors: dict[str, Descriptor],
+                             like: torch.Tensor, **tensors):
+    return launch(kernel, grid, like)(**_described(tensors, descriptors), **constants)
+
+
+def _described(tensors: dict[str, Any], descriptors: dict[str, Descriptor]) -> dict[str, Any]:
+    """``tensors`` with each descriptor parameter's base replaced by its ``TensorDescriptor``."""
+    if not descriptors:
+        return tensors
+    return {n: descriptors[n].of(t) if n in descriptors else t for n, t in tensors.items()}
+
+
+# -- pre-encoded descriptors ----------------------------------------------------------------------
+
+
+class Descriptor(NamedTuple):
+    """``launcher(..., x_desc=descriptor(shape, strides, block_shape, layout))``: parameter
+    ``x_desc`` is a Gluon host-side TMA descriptor over ``shape`` / ``strides`` (elements) with
+    boxes of ``block_shape`` in shared-memory ``layout``, and each call passes there the tensor
+    whose address is its base (its dtype is the descriptor's)."""
+
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    block_shape: tuple[int, ...]
+    layout: Any
+    padding: str = "zero"
+
+    def of(self, base: torch.Tensor):
+        """The ``TensorDescriptor`` that ``kernel[grid]`` takes for the base ``base``."""
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+        return TensorDescriptor(base, list(self.shape), list(self.strides), list(self.block_shape), self.layout,
+                                self.padding)
+
+
+def descriptor(shape, strides, block_shape, layout, padding: str = "zero") -> Descriptor:
+    return Descriptor(tuple(shape), tuple(strides), tuple(block_shape), layout, padding)
+
+
+class DescriptorCache(dict):
+    """Encoded descriptors of one ``Descriptor`` spec, base dtype and binary metadata (the
+    binary's ``tensordesc_meta`` entry: swizzle, element size and type, block size, fp4 padding),
+    by base address: ``cache[address]`` is the arguments Triton's ``make_tensordesc_arg``
+    expands the descriptor into (``[CUtensorMap, *shape, *strides]``). The CUtensorMap is a
+    function of exactly those values (cuTensorMapEncodeTiled of the address, dtype, shape,
+    strides, box, swizzle, padding), so an entry is never stale, even where an address is reused
+    by another tensor. ``of`` shares one cache per key among plans; each keeps at most
+    ``_DESCRIPTOR_LIMIT`` addresses (one a layer's cache: models have up to ~100 layers)."""
+
+    def __init__(self, spec: Descriptor, meta: dict, encode: Callable):
+        super().__init__()
+        self.spec, self.meta, self.encode_fn = spec, meta, encode
+
+    @classmethod
+    def of(cls, spec: Descriptor, dtype: torch.dtype, meta: dict, encode: Callable) -> DescriptorCache:
+        key = (spec, dtype, _frozen(meta), encode)
+        cache = _DESCRIPTORS.get(key)
+        if cache is None:
+            if len(_DESCRIPTORS) >= _DESCRIPTOR_LIMIT:
+                _DESCRIPTORS.clear()
+            cache = _DESCRIPTORS[key] = cls(spec, meta, encode)
+        return cache
+
+    def encode(self, base: torch.Tensor) -> tuple:
+        """The encoding for ``base`` (remembered): Triton's ``make_tensordesc_arg`` of the
+        descriptor ``spec.of(base)`` (which also checks the base's alignment)."""
+        encoded = tuple(self.encode_fn(self.spec.of(base), self.meta))
+        if len(self) >= _DESCRIPTOR_LIMIT:
+            self.clear()
+        self[base.data_ptr()] = encoded
+        return encoded
+
+
+_DESCRIPTORS: dict[tuple, DescriptorCache] = {}
+_DESCRIPTOR_LIMIT = 1024
+
+
+def _frozen(value: Any) -> Any:
+    """``value`` (a binary's tensordesc_meta entry: a dict of ints, bools and lists) hashable."""
+    if isinstance(value, dict):
+        return tuple((k, _frozen(v)) for k, v in sorted(value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+def _unwrapped_launcher(run: Any) -> tuple[Callable, set, list, Callable] | None:
+    """``(C launcher, descriptor argument indices, tensordesc_meta, make_tensordesc_arg)`` behind
+    Triton 3.6's ``CudaLauncher`` ``run`` whose ``launch`` is ``wrap_handle_tensordesc``'s
+    ``inner`` (a kernel with descriptor arguments), read from that closure; None for anything
+    else (another launcher class, another Triton's wrapper, a kernel without descriptors)."""
+    inner = getattr(run, "launch", None)
+    code = getattr(inner, "__code__", None)
+    if (type(run).__name__ != "CudaLauncher" or code is None
+            or getattr(inner, "__qualname__", "") != "wrap_handle_tensordesc.<locals>.inner"):
+        return None
+    driver = sys.modules.get(getattr(inner, "__module__", ""))
+    encode = getattr(driver, "make_tensordesc_arg", None)
+    if encode is None or getattr(driver, "_BASE_ARGS_FORMAT", None) != "iiiKKppOOOOOO":
+        return None  # the 13 leading arguments of the C launcher this module passes
+    try:
+        cells = dict(zip(code.co_freevars, (c.cell_contents for c in inner.__closure__)))
+    except ValueError:  # an empty cell
+        return None
+    raw, indices, metas = cells.get("launcher"), cells.get("tensordesc_indices"), cells.get("tensordesc_meta")
+    if not callable(raw) or not isinstance(indices, set) or not isinstance(metas, list):
+        return None
+    return raw, indices, metas, encode
 
 
 def _cached_path_open(like: torch.Tensor) -> str | None:

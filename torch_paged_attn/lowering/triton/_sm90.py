@@ -22,7 +22,6 @@ from torch import Tensor
 try:  # Gluon ships with Triton >= 3.5; without it the Gluon kernels decline every call
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import tma as _tma
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     # Names that moved between the Tritons the kernels compile with (3.6, the GPU host's, and
     # 3.9, checked by compiling for sm_90): the TMA copy of a tile into shared memory (descriptor,
@@ -76,10 +75,18 @@ def _smem_layout(box: int, dtype: torch.dtype):
     return gl.NVMMASharedLayout.get_default_for([box, 64], gl.bfloat16 if dtype == torch.bfloat16 else gl.float16)
 
 
-def descriptor(cache: Tensor, box: int):
+def descriptor_spec(cache: Tensor, box: int):
     """The TMA descriptor of a cache the kernels take (``cache_declines``) as its ``[NB * BS, W]``
-    view, boxes ``[box, 64]``. Host side, per call (the base address changes): 3.6 us with the
-    layout cached, 14.6 us without (2-core CI host)."""
+    view, boxes ``[box, 64]``, for ``_launch.launcher``: the plans fix it once, and each call
+    passes the cache itself (the base). A ``TensorDescriptor`` built per call instead cost 3.6 us
+    of host time with the layout cached, 14.6 us without (2-core CI host), and Triton 3.6 encoded
+    it again at every launch (``_launch``, "Pre-encoded descriptors")."""
+    from ._launch import descriptor
+
     rows, width = cache.shape[0] * cache.shape[1], math.prod(cache.shape[2:])
-    return TensorDescriptor(cache.view(rows, width), [rows, width], [width, 1], [box, 64],
-                            _smem_layout(box, cache.dtype))
+    return descriptor((rows, width), (width, 1), (box, 64), _smem_layout(box, cache.dtype))
+
+
+def descriptor(cache: Tensor, box: int):
+    """``descriptor_spec``'s ``TensorDescriptor`` for ``cache`` (what ``kernel[grid]`` takes)."""
+    return descriptor_spec(cache, box).of(cache)

@@ -482,12 +482,13 @@ def prepare_mla_decode(
                 q_latent.device, num_tokens * num_head_groups, 1, max_blocks * block_size, mla_sm90.SPLIT_KEYS,
                 num_tokens * num_heads * (latent + 1) * 4, split_tokens,
             )
+            call = (q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse)
             if num_splits == 1:
-                return mla_sm90.prepare(scale=scale, causal=causal, split_tokens=_NO_SPLIT)
+                return mla_sm90.prepare(scale=scale, causal=causal, split_tokens=_NO_SPLIT, call=call)
             if write_partial:
                 workspace = _Workspace(True, num_tokens, num_splits, num_heads, latent, q_latent.device)
                 return mla_sm90.prepare(
-                    scale=scale, causal=causal, split_tokens=split_tokens, workspace=workspace,
+                    scale=scale, causal=causal, split_tokens=split_tokens, call=call, workspace=workspace,
                     combine=_combine(workspace, split_tokens, num_splits, num_tokens, num_seqs, num_heads, latent,
                                      False, seq_lens, query_start_loc, out, lse),
                 )

@@ -66,7 +66,7 @@ import torch
 from torch import Tensor
 
 from . import _sm90
-from ._launch import launch as kernel_launch
+from ._launch import launcher, same_as
 
 try:  # Gluon ships with Triton >= 3.5
     from triton.experimental import gluon
@@ -506,32 +506,62 @@ def launch(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: Tens
     """One launch: grid (tokens, head groups of 64, splits). ``out`` [T, H, L] and ``lse`` [T, H]
     (natural log; may be None) take the attention itself; 4-D ``out`` [T, S, H, L] and 3-D ``lse``
     [T, S, H] (float32) take the partial state of each split of ``split_tokens`` keys (a multiple
-    of the tile; ``out`` normalised, ``lse`` in log2) for ``mla``'s combine kernel. Through the
-    package's cached launcher (``_launch.launch``): ``kernel[grid]`` binds and specialises every
-    argument per call, about 100 us of host time for this kernel (H100 host, Triton 3.6,
-    benchmarks/results/gpu-2026-11-24c/eager-probe.txt)."""
+    of the tile; ``out`` normalised, ``lse`` in log2) for ``mla``'s combine kernel. The launcher of
+    these shapes and strides (``_launcher``) is kept in ``_LAUNCHERS``; ``prepare``'s runner holds
+    its own."""
+    so, sl, num_splits, lse_unit = _out_strides(out, lse)
+    key = (q_latent.shape, q_latent.stride(), q_rope.shape, q_rope.stride(), kv_cache.shape, kv_cache.dtype,
+           block_table.shape, block_table.stride(), seq_lens.stride(0), query_start_loc.stride(0), so, sl,
+           num_splits, lse_unit, lse is not None, float(scale), bool(causal), split_tokens)
+    go = _LAUNCHERS.get(key)
+    if go is None:
+        if len(_LAUNCHERS) >= 256:  # shapes vary between calls of the op: bounded
+            _LAUNCHERS.clear()
+        go = _LAUNCHERS[key] = _launcher(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, so,
+                                         sl, num_splits, lse_unit, lse is not None, scale, causal, split_tokens)
+    go(q_latent, q_latent_ptr=q_latent, q_rope_ptr=q_rope, kv_desc=kv_cache, block_table_ptr=block_table,
+       seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc, out_ptr=out,
+       lse_ptr=lse if lse is not None else out)
+
+
+_LAUNCHERS: dict[tuple, object] = {}
+
+
+def _out_strides(out: Tensor, lse: Tensor | None) -> tuple[tuple, tuple, int, float]:
+    """(out's strides (token, split, head), lse's, splits, LSE_UNIT) of a launch into ``out`` and
+    ``lse``: partials (4-D ``out``) keep the log2 LSE, the attention itself the natural log."""
+    if out.dim() == 4:
+        return out.stride()[:3], lse.stride(), out.shape[1], 1.0
+    sl = (lse.stride(0), 0, lse.stride(1)) if lse is not None else (0, 0, 0)
+    return (out.stride(0), 0, out.stride(1)), sl, 1, LN2
+
+
+def _launcher(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: Tensor, seq_lens: Tensor,
+              query_start_loc: Tensor, so: tuple, sl: tuple, num_splits: int, lse_unit: float, has_lse: bool,
+              scale: float, causal: bool, split_tokens: int):
+    """The kernel's ``_launch.launcher`` for calls of these shapes and strides, writing into an
+    ``out`` / ``lse`` of strides ``so`` / ``sl`` (token, split, head) as ``_out_strides`` gives
+    them, with its ``num_splits`` and ``lse_unit``: every
+    argument but the tensors fixed, the cache's TMA descriptor encoded once per cache address
+    (``_sm90.descriptor_spec``). ``go(q_latent, q_latent_ptr=, q_rope_ptr=, kv_desc=kv_cache,
+    block_table_ptr=, seq_lens_ptr=, query_start_loc_ptr=, out_ptr=, lse_ptr=)`` (``lse_ptr=out``
+    without an LSE)."""
     num_tokens, num_heads, latent = q_latent.shape
     num_blocks, block_size, _ = kv_cache.shape
     num_seqs, max_blocks = block_table.shape
-    if out.dim() == 4:
-        num_splits = out.shape[1]
-        so, sl, lse_unit = out.stride()[:3], lse.stride(), 1.0
-    else:
-        num_splits, lse_unit = 1, LN2
-        so = (out.stride(0), 0, out.stride(1))
-        sl = (lse.stride(0), 0, lse.stride(1)) if lse is not None else (0, 0, 0)
-    kernel_launch(_mla_sm90_kernel, (num_tokens, num_heads // HEADS, num_splits), q_latent)(
-        q_latent_ptr=q_latent, q_rope_ptr=q_rope, kv_desc=_sm90.descriptor(kv_cache, min(block_size, TILE_N)), block_table_ptr=block_table,
-        seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc, out_ptr=out,
-        lse_ptr=lse if lse is not None else out, scale=float(scale), num_tokens=num_tokens, num_seqs=num_seqs,
+    box = min(block_size, TILE_N)
+    return launcher(
+        _mla_sm90_kernel, (num_tokens, num_heads // HEADS, num_splits),
+        kv_desc=_sm90.descriptor_spec(kv_cache, box), **({} if has_lse else {"lse_ptr": same_as("out_ptr")}),
+        scale=float(scale), num_tokens=num_tokens, num_seqs=num_seqs,
         num_blocks=num_blocks, max_blocks=max_blocks, split_tokens=split_tokens,
         stride_ql_tok=q_latent.stride(0), stride_ql_head=q_latent.stride(1), stride_qr_tok=q_rope.stride(0),
         stride_qr_head=q_rope.stride(1), stride_bt_seq=block_table.stride(0), stride_bt_block=block_table.stride(1),
         stride_sl=seq_lens.stride(0), stride_qsl=query_start_loc.stride(0), stride_o_tok=so[0],
         stride_o_split=so[1], stride_o_head=so[2], stride_lse_tok=sl[0], stride_lse_split=sl[1],
-        stride_lse_head=sl[2], LATENT=latent, BLOCK_SIZE=block_size, BOX=min(block_size, TILE_N),
-        CAUSAL=bool(causal), HAS_LSE=lse is not None, LSE_UNIT=lse_unit, CONSUMER_REGS=REGS_CONSUMER,
-        num_warps=NUM_WARPS,
+        stride_lse_head=sl[2], LATENT=latent, BLOCK_SIZE=block_size, BOX=box,
+        CAUSAL=bool(causal), HAS_LSE=has_lse, LSE_UNIT=lse_unit,
+        CONSUMER_REGS=REGS_CONSUMER, num_warps=NUM_WARPS,
     )
 
 
@@ -552,19 +582,36 @@ def _(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, l
     return None
 
 
-def prepare(*, scale: float, causal: bool, split_tokens: int, workspace=None, combine=None):
-    """The runner of this kernel (``mla.prepare_mla_decode`` documents the runner). With a
-    ``workspace`` (``paged_attention._Workspace``), the keys are split at multiples of
-    ``split_tokens`` into its partials and ``combine(part_out, part_lse, seq_lens,
-    query_start_loc, out, lse)`` merges them; otherwise ``split_tokens`` covers every key."""
+def prepare(*, scale: float, causal: bool, split_tokens: int, call: tuple, workspace=None, combine=None):
+    """The runner of this kernel for calls shaped like ``call`` (``q_latent, q_rope, kv_cache,
+    block_table, seq_lens, query_start_loc, out, lse``; ``mla.prepare_mla_decode`` documents the
+    runner). With a ``workspace`` (``paged_attention._Workspace``), the keys are split at multiples
+    of ``split_tokens`` into its partials and ``combine(part_out, part_lse, seq_lens,
+    query_start_loc, out, lse)`` merges them; otherwise ``split_tokens`` covers every key. Every
+    launch argument but the tensors is fixed here (``_launcher``): a plain eager call passes the
+    tensors alone. B1 x 32768 keys, 128 heads (split 132 ways, with the combine), package host
+    code with no-op binaries (``benchmarks/overhead.py --null-launch --device cpu``, 2-core CPU,
+    2026-11-26): 24.8 us a call before (keyword arguments and a ``TensorDescriptor`` per call),
+    11.7 us after (the no-op binaries leave out Triton's launcher: the GPU host also saves its
+    per-launch descriptor encoding, ~42 us of the 100 measured there with Triton 3.6)."""
     from .. import plain_eager
 
     scale, causal = float(scale), bool(causal)
+    q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse = call
+    if workspace is None:
+        so, sl, num_splits, lse_unit = _out_strides(out, lse)
+        has_lse = lse is not None
+    else:  # the partials [T, S, H, L] and [T, S, H], contiguous
+        so, sl, num_splits, lse_unit = workspace.po_strides, (*workspace.pl_strides, 1), workspace.shapes[0][1], 1.0
+        has_lse = True
+    go = _launcher(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, so, sl, num_splits, lse_unit,
+                   has_lse, scale, causal, split_tokens)
 
     def attend(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse):
         if plain_eager(q_latent):  # the op's body directly: nothing traces
-            launch(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, scale, causal,
-                   split_tokens)
+            go(q_latent, q_latent_ptr=q_latent, q_rope_ptr=q_rope, kv_desc=kv_cache, block_table_ptr=block_table,
+               seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc, out_ptr=out,
+               lse_ptr=lse if lse is not None else out)
         else:
             torch.ops.paged_attn._mla_sm90(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc,
                                            out, lse, scale, causal, split_tokens)

@@ -439,8 +439,9 @@ def prepare(
         if prefill_sm90.declines(query, key_cache, value_cache, block_m, scale=scale, window_left=window_left,
                                  window_right=window_right, softcap=softcap, alibi_slopes=alibi_slopes,
                                  sinks=sinks, attention_chunk_size=attention_chunk_size) is None:
-            return prefill_sm90.prepare(query, key_cache, value_cache, block_table, out, lse, scale=scale,
-                                        causal=causal, rows=(block_m, block_q, heads, num_head_groups))
+            return prefill_sm90.prepare(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out,
+                                        lse, scale=scale, causal=causal, rows=(block_m, block_q, heads,
+                                                                               num_head_groups))
     # K and V tiles of one width when both head sizes pad (D 40 / Dv 24 -> 64 / 64): a workaround for
     # Triton 3.6's ptxas, whose P @ V wgmma descriptors otherwise read unwritten uniform registers
     # (``paged_attention._tile_pads``); not yet verified on a GPU

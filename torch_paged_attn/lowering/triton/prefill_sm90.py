@@ -54,7 +54,7 @@ from torch import Tensor
 
 from . import _sm90
 from . import paged_attention as pa
-from ._launch import launch as kernel_launch
+from ._launch import launcher, same_as
 from ._softmax import LN2, LOG2E
 
 try:  # Gluon ships with Triton >= 3.5; without it this kernel declines every call
@@ -478,21 +478,47 @@ if gluon is not None:
 def _launch(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_table: Tensor, seq_lens: Tensor,
             query_start_loc: Tensor, out: Tensor, lse: Tensor | None, scale: float, causal: bool,
             rows: tuple[int, int, int, int]) -> None:
-    """One launch of the kernel (``rows``: ``prefill._rows`` of the call, BLOCK_M 128)."""
+    """One launch of the kernel (``rows``: ``prefill._rows`` of the call, BLOCK_M 128), through
+    the launcher of these shapes and strides (``_launcher``, kept in ``_LAUNCHERS``)."""
+    key = (query.shape, query.stride(), key_cache.shape, key_cache.dtype, value_cache.dtype, block_table.shape,
+           block_table.stride(), seq_lens.stride(0), query_start_loc.stride(0), out.stride(),
+           None if lse is None else lse.stride(), query.device, float(scale), bool(causal), rows)
+    go = _LAUNCHERS.get(key)
+    if go is None:
+        if len(_LAUNCHERS) >= 256:  # prefill shapes vary from call to call: bounded
+            _LAUNCHERS.clear()
+        go = _LAUNCHERS[key] = _launcher(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out,
+                                         lse, scale, causal, rows)
+    go(query, query_ptr=query, k_desc=key_cache, v_desc=value_cache, block_table_ptr=block_table,
+       seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc, out_ptr=out,
+       lse_ptr=lse if lse is not None else out)
+
+
+_LAUNCHERS: dict[tuple, object] = {}
+
+
+def _launcher(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_table: Tensor, seq_lens: Tensor,
+              query_start_loc: Tensor, out: Tensor, lse: Tensor | None, scale: float, causal: bool,
+              rows: tuple[int, int, int, int]):
+    """The kernel's ``_launch.launcher`` for calls shaped like this one: every argument but the
+    tensors fixed, the caches' TMA descriptors encoded once per cache address
+    (``_sm90.descriptor_spec``). ``go(query, query_ptr=, k_desc=key_cache, v_desc=value_cache,
+    block_table_ptr=, seq_lens_ptr=, query_start_loc_ptr=, out_ptr=, lse_ptr=)`` (``lse_ptr=out``
+    without an LSE)."""
     num_tokens, num_heads, head_size = query.shape
     num_blocks, block_size, num_kv_heads, _ = key_cache.shape
     num_seqs, max_blocks = block_table.shape
     _, block_q, heads, num_head_groups = rows
     num_q_blocks = num_tokens // block_q + num_seqs + 1
     box = min(block_size, TILE_N)
-    k_desc, v_desc = _sm90.descriptor(key_cache, box), _sm90.descriptor(value_cache, box)
     lse_strides = lse.stride() if lse is not None else (0, 0)
     kv_groups = num_kv_heads * num_head_groups
     num_work = kv_groups * num_q_blocks
     grid = (min(num_work, pa._num_sms(query.device)),)
-    kernel_launch(_prefill_sm90_kernel, grid, query)(  # the cached launcher (see mla_sm90.launch)
-        query_ptr=query, k_desc=k_desc, v_desc=v_desc, block_table_ptr=block_table, seq_lens_ptr=seq_lens,
-        query_start_loc_ptr=query_start_loc, out_ptr=out, lse_ptr=lse if lse is not None else out,
+    return launcher(
+        _prefill_sm90_kernel, grid,
+        k_desc=_sm90.descriptor_spec(key_cache, box), v_desc=_sm90.descriptor_spec(value_cache, box),
+        **({} if lse is not None else {"lse_ptr": same_as("out_ptr")}),
         scale=float(scale), num_tokens=num_tokens, num_seqs=num_seqs, num_blocks=num_blocks, max_blocks=max_blocks,
         num_q_blocks=num_q_blocks, kv_groups=kv_groups, num_work=num_work, stride_q_tok=query.stride(0),
         stride_q_head=query.stride(1), stride_bt_seq=block_table.stride(0), stride_bt_block=block_table.stride(1),
@@ -524,19 +550,25 @@ def _(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out
     return None
 
 
-def prepare(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_table: Tensor, out: Tensor,
-            lse: Tensor | None, *, scale: float, causal: bool, rows: tuple[int, int, int, int]) -> Callable[..., None]:
+def prepare(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_table: Tensor, seq_lens: Tensor,
+            query_start_loc: Tensor, out: Tensor, lse: Tensor | None, *, scale: float, causal: bool,
+            rows: tuple[int, int, int, int]) -> Callable[..., None]:
     """The runner of this kernel for calls shaped like this one (``paged_attention.
-    prepare_paged_attention`` documents the runner); ``rows`` from ``prefill._rows``."""
+    prepare_paged_attention`` documents the runner); ``rows`` from ``prefill._rows``. Every launch
+    argument but the tensors is fixed here (``_launcher``)."""
     from .. import plain_eager
 
     _, block_q, heads, num_head_groups = rows
     scale, causal = float(scale), bool(causal)
+    go = _launcher(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, lse, scale, causal,
+                   rows)
+    has_lse = lse is not None
 
     def run(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, lse, options):
         if plain_eager(query):  # the op's body directly: nothing traces
-            _launch(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, lse, scale, causal,
-                    rows)
+            go(query, query_ptr=query, k_desc=key_cache, v_desc=value_cache, block_table_ptr=block_table,
+               seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc, out_ptr=out,
+               lse_ptr=lse if has_lse else out)
         else:
             torch.ops.paged_attn._prefill_sm90(query, key_cache, value_cache, block_table, seq_lens,
                                                query_start_loc, out, lse, scale, causal, block_q, heads,
