@@ -17,12 +17,13 @@ t() {  # t NAME SECONDS PYTEST-ARGS...: a pytest run, its log in $out, its summa
 for part in "$@"; do
 case "$part" in
 pdl)
-    timeout 300 python3 benchmarks/tune.py --sweeps pdl_b1,pdl_b8,pdl_mla_b1,pdl_mla_h16,pdl_mla_b32 --out "$out" \
+    timeout 300 python3 benchmarks/tune.py --sweeps ${PDL_SWEEPS:-pdl_b1,pdl_b8,pdl_mla_h16,pdl_mla_b32} --out "$out" \
         2> "$out/tune-pdl-progress.log" | tee "$out/tune-pdl.txt" | grep -v "^$" ;;
 sweeps)
     timeout 240 python3 benchmarks/tune.py --sweeps mla_h16_splits,mla_b32_splits --out "$out" \
         2> "$out/tune-mla-progress.log" | tee "$out/tune-mla.txt" | grep -v "^$" ;;
-gluon) t gluon 300 -n 10 -m "not fuzz" -k "gluon or sm90 or fast_launch" tests/test_triton_mla.py tests/test_fast_launch.py ;;
+gluon) t gluon 330 -n 10 -m "not fuzz" -k "gluon or sm90 or fast" tests/test_triton_mla.py tests/test_triton_prefill.py \
+        tests/test_fast_launch.py ;;
 attn) t attn 420 -n 10 -m "not fuzz" tests/test_triton_paged_attention.py tests/test_fast_launch.py \
         tests/test_compile_export.py tests/test_plan_cache.py tests/test_triton_merge.py ;;
 mla) t mla 500 -n 10 -m "not fuzz" tests/test_triton_mla.py tests/test_mla_module.py ;;
