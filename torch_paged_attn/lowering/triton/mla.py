@@ -215,8 +215,8 @@ def _mla_kernel(
     ONE_SPLIT: tl.constexpr,  # at most one split, merged in the program (no workspace)
     SCORES: tl.constexpr,  # "rows": rows x keys, chained; "keys": keys x rows, transposed; "split"
     HEAD_GROUP_FASTEST: tl.constexpr,  # grid (head group, query block, split), else (query block, head group, split)
-    USE_PDL: tl.constexpr = False,  # the combine kernel may launch (paged_attention._PDL)
-    PDL_LATE: tl.constexpr = False,  # ... once the key loop is done, not from the start
+    USE_PDL: tl.constexpr,  # the combine kernel may launch (paged_attention._PDL)
+    PDL_LATE: tl.constexpr,  # ... once the key loop is done, not from the start
 ):
     if USE_PDL and not PDL_LATE:  # at the start (_PDL)
         gdc_launch_dependents()
@@ -490,7 +490,7 @@ def prepare_mla_decode(
                 return mla_sm90.prepare(
                     scale=scale, causal=causal, split_tokens=split_tokens, call=call, workspace=workspace,
                     combine=_combine(workspace, split_tokens, num_splits, num_tokens, num_seqs, num_heads, latent,
-                                     False, seq_lens, query_start_loc, out, lse),
+                                     False, seq_lens, query_start_loc, out, lse, pdl=False),
                 )
     if invariant and split_tokens is None:
         split_tokens = _INVARIANT_SPLIT_TOKENS
@@ -565,7 +565,7 @@ def prepare_mla_decode(
         num_warps=num_warps, num_stages=num_stages,
     )
     combine = _combine(workspace, split_tokens, num_splits, num_tokens, num_seqs, num_heads, latent, is_fp8,
-                       seq_lens, query_start_loc, out, lse)
+                       seq_lens, query_start_loc, out, lse, pdl=pdl)
 
     def run(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, options):
         part_out, part_lse = workspace.tensors(out) if write_partial else (out, out)
@@ -584,10 +584,11 @@ def prepare_mla_decode(
 
 def _combine(workspace: _Workspace, split_tokens: int, num_splits: int, num_tokens: int, num_seqs: int,
              num_heads: int, latent: int, is_fp8: bool, seq_lens: Tensor, query_start_loc: Tensor, out: Tensor,
-             lse: Tensor | None):
+             lse: Tensor | None, pdl: bool):
     """The combine kernel's launch for the partials in ``workspace`` (splits of ``split_tokens``
     keys): ``combine(q_latent, part_out, part_lse, seq_lens, query_start_loc, out, lse,
-    kv_scale=None)`` merges them into ``out`` and ``lse`` (None: not stored)."""
+    kv_scale=None)`` merges them into ``out`` and ``lse`` (None: not stored); ``pdl``: launched
+    with programmatic dependent launch (``paged_attention.use_pdl``; the kernel before it signals)."""
     device, has_lse = out.device, lse is not None
     po_strides, pl_strides = workspace.po_strides, workspace.pl_strides
     so, lse_strides = out.stride(), lse.stride() if has_lse else (0, 0)
@@ -605,7 +606,7 @@ def _combine(workspace: _Workspace, split_tokens: int, num_splits: int, num_toke
         stride_lse_tok=lse_strides[0], stride_lse_head=lse_strides[1],
         HEAD_SIZE_V=latent, DV_PAD=l_pad,
         HAS_SINKS=False, IS_FP8=is_fp8, HAS_LSE=has_lse, MERGE_GROUP=_MERGE_GROUP, **blocking,
-        **pdl_options(use_pdl(device)),
+        **pdl_options(pdl),
     )
 
     def combine(q_latent, part_out, part_lse, seq_lens, query_start_loc, out, lse, kv_scale=None):

@@ -140,12 +140,15 @@ _COMBINE_MIN_PROGRAMS: int | None = None  # programs to cover; None: the SM coun
 # attention kernel runs and wait (griddepcontrol.wait: every program of the attention kernel
 # finished, its writes visible) before they read a partial, taking the second launch off the
 # op's critical path; False: plain stream order. Under tracing (Inductor, AOTInductor,
-# wrap_triton) both kernels always run without it. H100, 2026-11-26, CUDA-graph replays, us,
-# off / "start" (tune.py pdl_*, results/gpu-2026-11-26/tune-pdl.txt): decode B1 x 32768 55.03 /
-# 61.45, B8 x 8192 Hq64 98.13 / 96.91; MLA B1 x 32768 H128 (the Gluon kernel, which does not
-# signal) 43.10 / 43.68, B128 x 4096 H16 222.67 / 221.87, B32 x 8192 H16 117.83 / 117.19. So
-# "start" is off: the combine kernel's 128 resident waiting programs slow B1's attention by 12 %.
-_PDL: str | bool = False
+# wrap_triton) both kernels always run without it. H100, CUDA-graph replays, us, off / "start" /
+# "late" (tune.py pdl_*; results/gpu-2026-11-26/tune-pdl.txt, tune-pdl-2.txt, two runs of
+# 2026-11-26): decode B1 x 32768 55.03, 55.01 / 61.45, 61.41 / 54.26; B8 x 8192 Hq64 98.13,
+# 98.04 / 96.91, 97.10 / 97.84; MLA B128 x 4096 H16 222.67, 224.05 / 221.87, 221.22 / 222.48;
+# MLA B32 x 8192 H16 117.83, 117.95 / 117.19, 117.98 / 116.27. "start" costs B1 12 % (not profiled:
+# the combine kernel's 128 programs then sit resident beside the attention kernel's 256 for its
+# whole run), "late" gains 0.2-1.4 % on each shape: the default. The Gluon MLA kernel does not
+# signal, so its combine kernel launches without PDL (MLA B1 x 32768 H128: 43.10 off, 43.68 with).
+_PDL: str | bool = "late"
 # Split size meaning "no split": one range covers every key position (sequences < 2^28 keys).
 _NO_SPLIT = 2**28
 # A position bound no mask reaches (positions stay below 2^28).
@@ -188,8 +191,9 @@ def pdl_late() -> bool:
 
 
 def pdl_options(pdl: bool) -> dict:
-    """The combine kernel's launch arguments for ``pdl`` (``use_pdl``): none without it."""
-    return {"USE_PDL": True, "launch_pdl": True} if pdl else {}
+    """The combine kernel's launch arguments for ``pdl`` (``use_pdl``). Every launch passes USE_PDL
+    (no default in the kernels' signatures: ``wrap_triton`` wants every parameter given)."""
+    return {"USE_PDL": True, "launch_pdl": True} if pdl else {"USE_PDL": False}
 
 
 def _num_sms(device: torch.device) -> int:
@@ -342,8 +346,8 @@ def _attention_kernel(
     DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
     MERGE_GROUP: tl.constexpr,  # the combine kernel's merge group (_MERGE_GROUP)
     ONE_SPLIT: tl.constexpr,  # at most one split, merged in the program (no workspace)
-    USE_PDL: tl.constexpr = False,  # the combine kernel may launch (_PDL)
-    PDL_LATE: tl.constexpr = False,  # ... once the key loop is done, not from the start
+    USE_PDL: tl.constexpr,  # the combine kernel may launch (_PDL)
+    PDL_LATE: tl.constexpr,  # ... once the key loop is done, not from the start
 ):
     tl.static_assert(BLOCK_M >= 16 and TILE_N >= 16 and D_PAD >= 16 and DV_PAD >= 16)
     if USE_PDL and not PDL_LATE:  # at the start (_PDL)
@@ -579,7 +583,7 @@ def _combine_kernel(
     HEAD_SIZE_V: tl.constexpr, DV_PAD: tl.constexpr, BLOCK_H: tl.constexpr, DV_BLOCK: tl.constexpr,
     HAS_SINKS: tl.constexpr, IS_FP8: tl.constexpr, HAS_LSE: tl.constexpr, MERGE_GROUP: tl.constexpr,
     LOAD_SPLITS: tl.constexpr,
-    USE_PDL: tl.constexpr = False,  # launched before the attention kernel finished (_PDL)
+    USE_PDL: tl.constexpr,  # launched before the attention kernel finished (_PDL)
 ):
     """Merge the ``seq_splits`` partial states of one token, for ``BLOCK_H`` heads and ``DV_BLOCK``
     value columns, in split order. Grid: axis 0 token, axis 1 head block, axis 2 column block
