@@ -29,7 +29,7 @@ attn) t attn 420 -n 10 -m "not fuzz" tests/test_triton_paged_attention.py tests/
 mla) t mla 500 -n 10 -m "not fuzz" tests/test_triton_mla.py tests/test_mla_module.py ;;
 fuzz) t fuzz 570 -n 12 -m fuzz tests/test_triton_paged_attention.py ;;
 bench-attn)
-    timeout 560 python3 benchmarks/paged_attention.py --out "$out" 2> "$out/bench-attn-progress.log" | tee "$out/paged_attention.txt" \
+    timeout 525 python3 benchmarks/paged_attention.py --out "$out" 2> "$out/bench-attn-progress.log" | tee "$out/paged_attention.txt" \
         | grep -E "^[a-z_0-9]+ +torch_paged_attn +graph|flashinfer|flash_attn_4|\[flash\]|\[auto\]|batch-inv" | head -80 ;;
 bench-mla)
     timeout 300 python3 benchmarks/mla_decode.py --out "$out" 2> "$out/bench-mla-progress.log" | tee "$out/mla_decode.txt" | tail -40
