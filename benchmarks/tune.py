@@ -95,7 +95,7 @@ def _scores(form: str, tiles: tuple, grid: str = "queries") -> tuple:
 # SM where the value columns still split (MLA).
 _COMBINE_ATTRIBUTES = ("_COMBINE_MIN_PROGRAMS", "_COMBINE_FEW_LOAD_SPLITS")
 _COMBINE = ((1, 16), (None, 4), (None, 8), (None, 16), (264, 16), (528, 16))
-_PDL = (("start",), ("late",), (False,))
+_PDL = ((True,), (False,))
 
 SWEEPS = {
     "attn_fp8": Sweep("decode_fp8_B64_ctx4096", attn_kernel._FP8_DECODE_CONFIGS, 128, (
@@ -151,7 +151,7 @@ SWEEPS = {
         (64, 8, 2, 1), (64, 8, 2, 2), (32, 8, 3, 1), (32, 8, 3, 2), (32, 8, 2, 2), (16, 8, 4, 2))) + _scores(
         "rows", ((64, 8, 2, 1),)) + _scores("split", ((64, 8, 2, 1), (64, 8, 2, 2)), "heads")),
     "combine_b1": Sweep("decode_B1_ctx32768", None, 0, _COMBINE, attributes=_COMBINE_ATTRIBUTES),
-    # programmatic dependent launch of the combine kernel (paged_attention._PDL), its two signals and off, on
+    # programmatic dependent launch of the combine kernel (paged_attention._PDL) on and off, on
     # the split-KV shapes of both kernels
     "pdl_b1": Sweep("decode_B1_ctx32768", None, 0, _PDL, attributes=("_PDL",)),
     "pdl_b8": Sweep("decode_B8_ctx8192_Hq64", None, 0, _PDL, attributes=("_PDL",)),

@@ -55,11 +55,9 @@ from .paged_attention import (
     _pad,
     _plan_splits,
     gdc_launch_dependents,
-    pdl_late,
     pdl_options,
     use_pdl,
 )
-
 
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 _QUERY_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -215,11 +213,8 @@ def _mla_kernel(
     ONE_SPLIT: tl.constexpr,  # at most one split, merged in the program (no workspace)
     SCORES: tl.constexpr,  # "rows": rows x keys, chained; "keys": keys x rows, transposed; "split"
     HEAD_GROUP_FASTEST: tl.constexpr,  # grid (head group, query block, split), else (query block, head group, split)
-    USE_PDL: tl.constexpr,  # the combine kernel may launch (paged_attention._PDL)
-    PDL_LATE: tl.constexpr,  # ... once the key loop is done, not from the start
+    USE_PDL: tl.constexpr,  # the combine kernel may launch once the key loop is done (paged_attention._PDL)
 ):
-    if USE_PDL and not PDL_LATE:  # at the start (_PDL)
-        gdc_launch_dependents()
     tl.static_assert(BLOCK_M >= 16 and TILE_N >= 16 and L_HALF >= 16 and R_PAD >= 16)
     tl.static_assert(L_HALF < LATENT and LATENT <= 2 * L_HALF)  # the first half is all latent
     tl.static_assert(BLOCK_Q * HEADS <= BLOCK_M and BLOCK_Q >= 1)
@@ -401,7 +396,7 @@ def _mla_kernel(
             acc_lo = _dot(p, c_lo, acc_lo, DOT_PRECISION, DOT_UPCAST)
             acc_hi = _dot(p, c_hi, acc_hi, DOT_PRECISION, DOT_UPCAST)
 
-        if USE_PDL and PDL_LATE:  # after the key loop (_PDL)
+        if USE_PDL:  # the key loop is done (paged_attention._PDL)
             gdc_launch_dependents()
         # -- this split's partial state: store it, or merge it into the running result --
         if not ONE_SPLIT:
@@ -561,7 +556,7 @@ def prepare_mla_decode(
         DOT_UPCAST=q_latent.dtype == torch.bfloat16 and _interpreted(),
         MERGE_GROUP=1 if split_tokens == _NO_SPLIT else _MERGE_GROUP,
         ONE_SPLIT=split_tokens == _NO_SPLIT and not write_partial,
-        SCORES=scores, HEAD_GROUP_FASTEST=head_group_fastest, USE_PDL=pdl, PDL_LATE=pdl_late(),
+        SCORES=scores, HEAD_GROUP_FASTEST=head_group_fastest, USE_PDL=pdl,
         num_warps=num_warps, num_stages=num_stages,
     )
     combine = _combine(workspace, split_tokens, num_splits, num_tokens, num_seqs, num_heads, latent, is_fp8,

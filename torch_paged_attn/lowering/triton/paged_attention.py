@@ -134,21 +134,21 @@ _COMBINE_MIN_DV_BLOCK = 32
 _COMBINE_FEW_LOAD_SPLITS = 16
 _COMBINE_MIN_PROGRAMS: int | None = None  # programs to cover; None: the SM count (tests set it)
 # Programmatic dependent launch of the combine kernel (compute capability >= 9, CUDA launches
-# on the cached path, ``_launch.without_pdl``): the split-KV attention kernel signals that its
-# dependents may launch (griddepcontrol.launch_dependents), "start": as each program starts,
-# "late": once its key loop is done; the combine kernel's programs are then launched while the
-# attention kernel runs and wait (griddepcontrol.wait: every program of the attention kernel
-# finished, its writes visible) before they read a partial, taking the second launch off the
-# op's critical path; False: plain stream order. Under tracing (Inductor, AOTInductor,
-# wrap_triton) both kernels always run without it. H100, CUDA-graph replays, us, off / "start" /
-# "late" (tune.py pdl_*; results/gpu-2026-11-26/tune-pdl.txt, tune-pdl-2.txt, two runs of
-# 2026-11-26): decode B1 x 32768 55.03, 55.01 / 61.45, 61.41 / 54.26; B8 x 8192 Hq64 98.13,
-# 98.04 / 96.91, 97.10 / 97.84; MLA B128 x 4096 H16 222.67, 224.05 / 221.87, 221.22 / 222.48;
-# MLA B32 x 8192 H16 117.83, 117.95 / 117.19, 117.98 / 116.27. "start" costs B1 12 % (not profiled:
-# the combine kernel's 128 programs then sit resident beside the attention kernel's 256 for its
-# whole run), "late" gains 0.2-1.4 % on each shape: the default. The Gluon MLA kernel does not
+# on the cached path, ``_launch.without_pdl``): the split-KV attention kernel signals once its
+# key loop is done that its dependents may launch (griddepcontrol.launch_dependents); the combine
+# kernel's programs are then launched while the attention kernel ends and wait (griddepcontrol.
+# wait: every program of the attention kernel finished, its writes visible) before they read a
+# partial, taking the second launch off the op's critical path. Under tracing (Inductor,
+# AOTInductor, wrap_triton) both kernels run without it. H100, CUDA-graph replays, us, off /
+# signal at the start of the kernel / after the key loop (tune.py pdl_*, two runs of 2026-11-26,
+# results/gpu-2026-11-26/tune-pdl.txt, tune-pdl-2.txt; the signal at the start since removed):
+# decode B1 x 32768 55.03, 55.01 / 61.45, 61.41 / 54.26; B8 x 8192 Hq64 98.13, 98.04 / 96.91,
+# 97.10 / 97.84; MLA B128 x 4096 H16 222.67, 224.05 / 221.87, 221.22 / 222.48; MLA B32 x 8192 H16
+# 117.83, 117.95 / 117.19, 117.98 / 116.27. At the start it cost B1 12 % (not profiled: the
+# combine kernel's 128 programs then sat resident beside the attention kernel's 256 for its whole
+# run); after the key loop it gains 0.2-1.4 % on each shape. The Gluon MLA kernel does not
 # signal, so its combine kernel launches without PDL (MLA B1 x 32768 H128: 43.10 off, 43.68 with).
-_PDL: str | bool = "late"
+_PDL = True
 # Split size meaning "no split": one range covers every key position (sequences < 2^28 keys).
 _NO_SPLIT = 2**28
 # A position bound no mask reaches (positions stay below 2^28).
@@ -170,24 +170,11 @@ def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
-@functools.lru_cache(maxsize=None)
-def _capability(device_index: int) -> tuple[int, int]:
-    return torch.cuda.get_device_capability(device_index)
-
-
 def use_pdl(device: torch.device) -> bool:
     """Whether a kernel that follows another on ``device`` may be launched with programmatic
     dependent launch (``_PDL``): compiled kernels on a CUDA device of compute capability >= 9."""
-    if not _PDL or device.type != "cuda" or gdc_wait is None or _interpreted():
-        return False
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return _capability(index)[0] >= 9
-
-
-def pdl_late() -> bool:
-    """Whether a kernel launching the combine kernel with ``use_pdl`` signals after its key loop
-    (``_PDL == "late"``) rather than at its start."""
-    return _PDL == "late"
+    return (_PDL and device.type == "cuda" and gdc_wait is not None and not _interpreted()
+            and torch.cuda.get_device_capability(device)[0] >= 9)
 
 
 def pdl_options(pdl: bool) -> dict:
@@ -346,12 +333,9 @@ def _attention_kernel(
     DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
     MERGE_GROUP: tl.constexpr,  # the combine kernel's merge group (_MERGE_GROUP)
     ONE_SPLIT: tl.constexpr,  # at most one split, merged in the program (no workspace)
-    USE_PDL: tl.constexpr,  # the combine kernel may launch (_PDL)
-    PDL_LATE: tl.constexpr,  # ... once the key loop is done, not from the start
+    USE_PDL: tl.constexpr,  # the combine kernel may launch once the key loop is done (_PDL)
 ):
     tl.static_assert(BLOCK_M >= 16 and TILE_N >= 16 and D_PAD >= 16 and DV_PAD >= 16)
-    if USE_PDL and not PDL_LATE:  # at the start (_PDL)
-        gdc_launch_dependents()
     tl.static_assert(BLOCK_Q * HEADS <= BLOCK_M and BLOCK_Q >= 1)
     scale = tl.cast(scale, tl.float32)
     softcap = tl.cast(softcap, tl.float32)
@@ -539,7 +523,7 @@ def _attention_kernel(
                 v = _fp8_to_fp16(v, unit)
             acc = _dot(p.to(q.dtype), v.to(q.dtype), acc, DOT_PRECISION, DOT_UPCAST)
 
-        if USE_PDL and PDL_LATE:  # after the key loop (_PDL)
+        if USE_PDL:  # the key loop is done (_PDL)
             gdc_launch_dependents()
         # -- this split's partial state: store it, or merge it into the running result --
         if not ONE_SPLIT:
@@ -923,7 +907,7 @@ def prepare_paged_attention(
         DOT_PRECISION="ieee" if query.dtype == torch.float32 else "tf32",
         DOT_UPCAST=query.dtype == torch.bfloat16 and _interpreted(),
         MERGE_GROUP=1 if split_tokens == _NO_SPLIT else _MERGE_GROUP,
-        ONE_SPLIT=split_tokens == _NO_SPLIT and not write_partial, USE_PDL=pdl, PDL_LATE=pdl_late(),
+        ONE_SPLIT=split_tokens == _NO_SPLIT and not write_partial, USE_PDL=pdl,
         num_warps=num_warps, num_stages=num_stages,
     )
     combine_grid, blocking = _combine_blocking(num_tokens, num_heads, dv_pad, num_splits, device)
