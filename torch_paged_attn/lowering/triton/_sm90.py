@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 import triton
@@ -90,3 +90,20 @@ def descriptor_spec(cache: Tensor, box: int):
 def descriptor(cache: Tensor, box: int):
     """``descriptor_spec``'s ``TensorDescriptor`` for ``cache`` (what ``kernel[grid]`` takes)."""
     return descriptor_spec(cache, box).of(cache)
+
+
+# Launchers an opaque op's body keeps (``kept_launcher``): its calls' shapes vary, so the store is bounded.
+_KEPT_LAUNCHERS = 256
+
+
+def kept_launcher(launchers: dict, key: tuple, make: Callable[[], Callable]) -> Callable:
+    """``launchers[key]``, made by ``make()`` at its first call: the launcher that the body of a
+    Gluon kernel's opaque op (``paged_attn::_mla_sm90``, ``_prefill_sm90``) keeps for calls of
+    ``key``'s shapes and options, as a plan's runner keeps its own. At most ``_KEPT_LAUNCHERS``
+    are kept."""
+    go = launchers.get(key)
+    if go is None:
+        if len(launchers) >= _KEPT_LAUNCHERS:
+            launchers.clear()
+        go = launchers[key] = make()
+    return go

@@ -513,12 +513,9 @@ def launch(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: Tens
     key = (q_latent.shape, q_latent.stride(), q_rope.shape, q_rope.stride(), kv_cache.shape, kv_cache.dtype,
            block_table.shape, block_table.stride(), seq_lens.stride(0), query_start_loc.stride(0), so, sl,
            num_splits, lse_unit, lse is not None, float(scale), bool(causal), split_tokens)
-    go = _LAUNCHERS.get(key)
-    if go is None:
-        if len(_LAUNCHERS) >= 256:  # shapes vary between calls of the op: bounded
-            _LAUNCHERS.clear()
-        go = _LAUNCHERS[key] = _launcher(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, so,
-                                         sl, num_splits, lse_unit, lse is not None, scale, causal, split_tokens)
+    go = _sm90.kept_launcher(_LAUNCHERS, key, lambda: _launcher(
+        q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, so, sl, num_splits, lse_unit,
+        lse is not None, scale, causal, split_tokens))
     go(q_latent, q_latent_ptr=q_latent, q_rope_ptr=q_rope, kv_desc=kv_cache, block_table_ptr=block_table,
        seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc, out_ptr=out,
        lse_ptr=lse if lse is not None else out)

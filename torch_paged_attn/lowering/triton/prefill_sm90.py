@@ -483,12 +483,8 @@ def _launch(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_table: 
     key = (query.shape, query.stride(), key_cache.shape, key_cache.dtype, value_cache.dtype, block_table.shape,
            block_table.stride(), seq_lens.stride(0), query_start_loc.stride(0), out.stride(),
            None if lse is None else lse.stride(), query.device, float(scale), bool(causal), rows)
-    go = _LAUNCHERS.get(key)
-    if go is None:
-        if len(_LAUNCHERS) >= 256:  # prefill shapes vary from call to call: bounded
-            _LAUNCHERS.clear()
-        go = _LAUNCHERS[key] = _launcher(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out,
-                                         lse, scale, causal, rows)
+    go = _sm90.kept_launcher(_LAUNCHERS, key, lambda: _launcher(
+        query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, lse, scale, causal, rows))
     go(query, query_ptr=query, k_desc=key_cache, v_desc=value_cache, block_table_ptr=block_table,
        seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc, out_ptr=out,
        lse_ptr=lse if lse is not None else out)
