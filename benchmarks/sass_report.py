@@ -68,7 +68,7 @@ from torch_paged_attn.lowering.triton import mla as mla_kernel  # noqa: E402
 from torch_paged_attn.lowering.triton import mla_sm90, prefill_sm90  # noqa: E402
 from torch_paged_attn.lowering.triton import paged_attention as attn_kernel  # noqa: E402
 from torch_paged_attn.lowering.triton import prefill as prefill_kernel  # noqa: E402
-from torch_paged_attn.lowering.triton._launch import Descriptor, _described, without_hints  # noqa: E402
+from torch_paged_attn.lowering.triton._launch import _described, split_constants  # noqa: E402
 
 META = torch.device("meta")
 COLUMNS = ("regs", "stack", "LDL", "STL", "smem", "HGMMA", "HMMA", "LDGSTS", "LDS8", "instrs", "loop", "URundef")
@@ -87,9 +87,7 @@ def captured_launches(sms: int, arch: int = 90) -> Iterator[list]:
     prefill_kernel._capability = lambda device: divmod(arch, 10)
 
     def capture(kernel, grid, **constants):
-        fixed = without_hints(constants)
-        descriptors = {k: v for k, v in fixed.items() if isinstance(v, Descriptor)}
-        fixed = {k: v for k, v in fixed.items() if k not in descriptors}
+        fixed, _, descriptors = split_constants(constants)
         return lambda like, **tensors: launches.append((kernel, {**_described(tensors, descriptors), **fixed}))
 
     for m in modules:

@@ -561,14 +561,21 @@ def launcher(kernel, grid, **constants) -> Callable[..., Any]:
     ``launch(kernel, grid, like)(**tensors, **constants)``, which it is wherever Triton's launch
     protocol is not implemented here (``FastLauncher.constant_launch`` otherwise), there with
     programmatic dependent launch off (``without_pdl``)."""
-    same = {k: v.name for k, v in constants.items() if isinstance(v, SameAs)}
-    descriptors = {k: v for k, v in constants.items() if isinstance(v, Descriptor)}
-    if same or descriptors:
-        constants = {k: v for k, v in without_hints(constants).items() if k not in descriptors}
+    constants, same, descriptors = split_constants(constants)
     fast = None if torch.compiler.is_compiling() else _fast_launcher(kernel)
     if fast is None:
         return _elsewhere(kernel, grid, without_pdl(constants), descriptors)
     return fast.constant_launch(grid, constants, same, descriptors)
+
+
+def split_constants(constants: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str | None], dict[str, Descriptor]]:
+    """A ``launcher`` call's ``constants`` apart: ``(what the kernel takes besides the tensors,
+    the same_as hints by parameter, the descriptor constants by parameter)``."""
+    same = {k: v.name for k, v in constants.items() if isinstance(v, SameAs)}
+    descriptors = {k: v for k, v in constants.items() if isinstance(v, Descriptor)}
+    if same or descriptors:
+        constants = {k: v for k, v in constants.items() if k not in same and k not in descriptors}
+    return constants, same, descriptors
 
 
 def _elsewhere(kernel, grid, constants: dict[str, Any], descriptors: dict[str, Descriptor]) -> Callable:
