@@ -6,7 +6,7 @@ them on the benchmark shapes, compiled for a GPU architecture on any machine (no
 Each shape of ``paged_attention.py`` (decode and prefill) and ``mla_decode.py`` is planned by the
 op's own Triton lowering on meta tensors, with ``--sms`` streaming multiprocessors (132: H100 /
 H200), and its launches are captured instead of run; for ``--arch 90`` the lowering plans the
-Gluon sm_90 kernels (``prefill_sm90``, ``mla_sm90``) where it would on an sm_90 GPU, and those are
+Gluon sm_90 kernels (``prefill_sm90``, ``mla_sm90``, ``mla_sm90_narrow``) where it would on an sm_90 GPU, and those are
 compiled from their Gluon source (their ``regs`` is the kernel's launch figure; each warpgroup's
 own comes from ``setmaxnreg``, so spills are the column to read; their ``URundef`` also counts
 uniform registers read after a predicated write, which the check does not follow through the
@@ -65,7 +65,7 @@ import tune  # noqa: E402
 from torch_paged_attn import lowering  # noqa: E402
 from torch_paged_attn.lowering.triton import _sm90  # noqa: E402
 from torch_paged_attn.lowering.triton import mla as mla_kernel  # noqa: E402
-from torch_paged_attn.lowering.triton import mla_sm90, prefill_sm90  # noqa: E402
+from torch_paged_attn.lowering.triton import mla_sm90, mla_sm90_narrow, prefill_sm90  # noqa: E402
 from torch_paged_attn.lowering.triton import paged_attention as attn_kernel  # noqa: E402
 from torch_paged_attn.lowering.triton import prefill as prefill_kernel  # noqa: E402
 from torch_paged_attn.lowering.triton._launch import _described, split_constants  # noqa: E402
@@ -82,7 +82,7 @@ def captured_launches(sms: int, arch: int = 90) -> Iterator[list]:
     # the Gluon kernels' plans launch through ``launcher`` too, their TMA descriptors as
     # ``_launch.descriptor`` constants whose bases the calls pass (made into the
     # ``TensorDescriptor`` that Triton specialises on here)
-    modules = (attn_kernel, mla_kernel, prefill_sm90, mla_sm90)
+    modules = (attn_kernel, mla_kernel, prefill_sm90, mla_sm90, mla_sm90_narrow)
     saved = ([m.launcher for m in modules], attn_kernel._num_sms, prefill_kernel._capability, _sm90.unavailable)
     prefill_kernel._capability = lambda device: divmod(arch, 10)
 

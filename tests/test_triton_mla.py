@@ -556,6 +556,8 @@ def test_bad_block_ids_cuda() -> None:
 
 @gpu_tier
 def test_merge_paths_bitwise_cuda(monkeypatch) -> None:
+    """The Triton kernel's two merge paths (the Gluon kernels have only the combine kernel's)."""
+    monkeypatch.setattr(tmla, "SM90_GLUON", False)
     check_merge_paths_bitwise("cuda", replace(_BASE, **_MTP, split_tokens=512), monkeypatch)
 
 
@@ -612,13 +614,14 @@ def test_cuda_graph_replay_and_no_host_sync() -> None:
 
 @gpu_tier
 def test_public_op_cuda_and_compiled() -> None:
-    """The public op runs the Triton kernel on CUDA, eagerly and under torch.compile(fullgraph=True)."""
+    """The public op runs a kernel of the Triton backend on CUDA (the narrow Gluon one on sm_90),
+    eagerly and under torch.compile(fullgraph=True)."""
     b = make_batch(replace(_BASE, **_MTP), "cuda", seed=3)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         torch_paged_attn.mla_decode(*b.args(), scale=b.scale)
         torch.cuda.synchronize()
     names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    assert any("_mla_kernel" in n for n in names), names
+    assert any(k in n for n in names for k in ("_mla_kernel", "_mla_narrow_kernel")), names
 
     def fn(*args):
         return torch_paged_attn.mla_decode(*args, scale=b.scale)
@@ -679,8 +682,11 @@ def test_nan_kv_scale_interpreted() -> None:
 
 @gpu_tier
 def test_strided_cache_bitwise_cuda() -> None:
+    """On every kernel the planner picks here (the narrow Gluon kernel for 16 heads, the wide one
+    for 128 on sm_90; the Triton kernel for the short tables and elsewhere)."""
     check_strided_bitwise("cuda", replace(_BASE, **_MTP))
     check_strided_bitwise("cuda", replace(_BASE, q_lens=(1, 1, 2), kv_lens=(10, 64, 33), block_size=64))
+    check_strided_bitwise("cuda", replace(_BASE, num_heads=128, block_size=16))
 
 
 @gpu_tier
@@ -780,6 +786,75 @@ def test_gluon_mla_planning(monkeypatch) -> None:
     assert plan(64, 128, 4096, split_tokens=128) is None and plan(1, 128, 2**20, split_tokens=64) is None
 
 
+def test_sm90_cache_views() -> None:
+    """The Gluon kernels' ``[rows, W]`` view of a paged cache (no launch; any machine): a
+    contiguous cache is ``NB * BS`` rows, a block every ``BS``; a layer of a cross-layer buffer
+    ``[NB, 3, BS, W]`` a block every ``3 * BS`` rows, up to the last block's last slot; taken by
+    the MLA kernels (``strided``), not by the others, and never a cache whose rows within a block
+    are not contiguous or whose start is not 16-byte aligned."""
+    from torch_paged_attn.lowering.triton import _sm90
+
+    cache = torch.empty(5, 16, 576, dtype=BF16)
+    assert (_sm90.block_rows(cache), _sm90.view_rows(cache)) == (16, 80)
+    layer = torch.empty(5, 3, 16, 576, dtype=BF16)[:, 1]
+    assert (_sm90.block_rows(layer), _sm90.view_rows(layer)) == (48, 4 * 48 + 16)
+    assert _sm90.cache_declines((cache,)) is None and _sm90.cache_declines((cache,), strided=True) is None
+    assert _sm90.cache_declines((layer,)) is not None and _sm90.cache_declines((layer,), strided=True) is None
+    slots_apart = torch.empty(5, 16, 2, 576, dtype=BF16)[:, :, 0]  # rows of a block not contiguous
+    odd = torch.empty(5 * 16 * 576 + 1, dtype=BF16)[1:].view(5, 16, 576)  # starts 2 bytes in
+    for bad in (slots_apart, odd):
+        assert _sm90.cache_declines((bad,), strided=True) is not None
+
+
+def test_gluon_mla_narrow_planning(monkeypatch) -> None:
+    """Which calls the narrow kernel is planned for, with how many query tokens a program and how
+    they split (no launch; any machine): 16 heads x 128 sequences unsplit (128 programs on 132
+    SMs), 32 x 8192 keys split 4 ways at multiples of its 64-key tile, 2 speculative tokens a
+    program (32 rows; from the hint or the mean), 8 heads x 4 tokens, 12 heads padded to 16 rows
+    (2 tokens), and the Triton kernel for 48 heads, 16 heads with the narrow kernel off, and
+    batch-invariant mode."""
+    from torch_paged_attn.lowering.triton import mla_sm90, mla_sm90_narrow
+
+    plans = []
+    monkeypatch.setattr(tmla, "SM90_GLUON", True)
+    monkeypatch.setattr(mla_sm90, "declines", lambda *a: "not here")
+    monkeypatch.setattr(mla_sm90_narrow, "declines",
+                        lambda ql, qr, kv, block_q: None if ql.shape[1] * block_q <= 32 else "rows")
+    monkeypatch.setattr(mla_sm90, "prepare", lambda **k: plans.append(k) or "gluon")
+    monkeypatch.setattr(tpa, "_num_sms", lambda device: 132)
+
+    def plan(seqs: int, per_seq: int, heads: int, keys: int, **options):
+        tokens = seqs * per_seq
+        ql, qr = torch.empty(tokens, heads, 512, dtype=BF16), torch.empty(tokens, heads, 64, dtype=BF16)
+        cache = torch.empty(4, 64, 576, dtype=BF16)
+        table = torch.zeros(seqs, -(-keys // 64), dtype=torch.int32)
+        lens = torch.full((seqs,), keys, dtype=torch.int32)
+        qsl = torch.arange(0, tokens + 1, per_seq, dtype=torch.int32)
+        plans.clear()
+        tmla.prepare_mla_decode(ql, qr, cache, table, lens, qsl, torch.empty_like(ql), torch.empty(tokens, heads),
+                                scale=0.1, causal=True, kv_scale=None, **options)
+        return plans[-1] if plans else None
+
+    p = plan(128, 1, 16, 4096)
+    assert p["block_q"] == 1 and p["split_tokens"] == tpa._NO_SPLIT and "workspace" not in p
+    p = plan(32, 1, 16, 8192)
+    assert p["block_q"] == 1 and p["workspace"] is not None and p["split_tokens"] == 2048
+    for options in ({}, {"max_query_len": 2}):
+        p = plan(64, 2, 16, 4096, **options)
+        assert p["block_q"] == 2 and p["split_tokens"] == 2048, options
+    assert plan(8, 4, 8, 4096)["block_q"] == 4
+    assert plan(8, 4, 16, 4096)["block_q"] == 2
+    assert plan(8, 2, 12, 4096)["block_q"] == 2
+    assert plan(8, 2, 32, 4096)["block_q"] == 1
+    assert plan(8, 1, 16, 4096, split_tokens=100)["split_tokens"] == 128  # the tile's multiples
+    assert plan(8, 1, 48, 4096) is None
+    monkeypatch.setattr(tmla, "SM90_NARROW", False)
+    assert plan(8, 1, 16, 4096) is None
+    monkeypatch.setattr(tmla, "SM90_NARROW", True)
+    with _config.batch_invariant(True):
+        assert plan(8, 1, 16, 4096) is None
+
+
 # 128 and 64 heads, block sizes 64 / 16 / 8, decode (lengths 0, 1, BS +- 1, several tiles) and
 # speculative tokens (causal and not), padding tokens (NaN queries), fp16, no LSE, a latent of 256;
 # forced splits (64 and 128 keys, planned as one pair of tiles)
@@ -792,6 +867,7 @@ _GLUON_CASES = [
     replace(_BASE, num_heads=64, latent=256, rope=64),
     replace(_BASE, **_MTP, num_heads=64, split_tokens=64, pad_tokens=1),
     replace(_BASE, num_heads=128, split_tokens=128, with_lse=False, block_size=128),
+    replace(_BASE, num_heads=128, strided=True, pad_tokens=1),
 ]
 
 
@@ -822,12 +898,87 @@ def test_gluon_mla_cuda(case: Case, sms: str, gluon_mla, monkeypatch) -> None:
         assert not splits, gluon_mla[-1]
 
 
+# The narrow kernel (mla_sm90_narrow: query tokens x heads <= 32 rows a program): 16 / 8 / 32 /
+# 12 / 1 heads, decode (lengths 0, 1, BS +- 1, several tiles) and speculative tokens (2 a program,
+# a sequence of 3 over two programs; 4 tokens x 8 heads; causal and not), block sizes 8 .. 128,
+# padding tokens (NaN queries), fp16, no LSE, a latent of 256, forced splits (64 and 128 keys)
+_NARROW_CASES = [
+    replace(_BASE, pad_tokens=2),
+    replace(_BASE, num_heads=8, block_size=16),
+    replace(_BASE, num_heads=32, dtype=FP16, with_lse=False),
+    replace(_BASE, **_MTP),
+    replace(_BASE, **_MTP, causal=False, block_size=32),
+    replace(_BASE, q_lens=(4, 1, 4), kv_lens=(700, 64, 1300), num_heads=8, hint=True),
+    replace(_BASE, q_lens=(1, 1, 1, 1, 1, 1), kv_lens=(15, 16, 17, 63, 65, 0), block_size=8),
+    replace(_BASE, num_heads=12, latent=256, rope=64),
+    replace(_BASE, **_MTP, split_tokens=64, pad_tokens=1),
+    replace(_BASE, split_tokens=128, with_lse=False, block_size=128),
+    replace(_BASE, num_heads=1, pad_tokens=1),
+    replace(_BASE, **_MTP, strided=True, block_size=16),
+]
+
+
 @gpu_tier
 @pytest.mark.parametrize("sms", ["one_sm", "all_sms"])
-def test_gluon_mla_bad_block_ids_cuda(sms: str, gluon_mla, monkeypatch) -> None:
+@pytest.mark.parametrize("case", _NARROW_CASES, ids=lambda c: c.id)
+def test_gluon_mla_narrow_cuda(case: Case, sms: str, gluon_mla, monkeypatch) -> None:
+    """The narrow kernel on each case, unsplit (one SM planned) and split as planned for this GPU
+    (merged by the combine kernel; the cached launcher in check mode), against the float64 loop."""
     if sms == "one_sm":
         one_sm(monkeypatch)
-    b = make_batch(replace(_BASE, q_lens=(1, 2, 1), kv_lens=(1000, 500, 64), num_heads=128), "cuda", seed=11)
+    else:
+        monkeypatch.setenv("TORCH_PAGED_ATTN_FAST_LAUNCH", "check")
+    check_case(case, "cuda")
+    assert gluon_mla and gluon_mla[-1].get("block_q", 0) >= 1, f"the narrow kernel did not run: {gluon_mla}"
+    splits = gluon_mla[-1].get("workspace") is not None
+    if case.split_tokens is not None or (sms == "all_sms" and max(case.kv_lens) > 256):
+        assert splits, gluon_mla[-1]
+    elif sms == "one_sm":
+        assert not splits, gluon_mla[-1]
+
+
+@gpu_tier
+@pytest.mark.fuzz
+@pytest.mark.parametrize("family", range(20))
+def test_gluon_mla_narrow_fuzz_cuda(family: int, gluon_mla, monkeypatch) -> None:
+    """500 configurations the narrow kernel takes (seeds 500000 + 25 f ..): 1 to 32 heads, latent
+    512 / 256 / 128, block sizes 8 .. 128, bf16 / fp16, 1-4 query tokens a sequence (causal or
+    not; with or without the hint), lengths 0, 1, BS +- 1 and up to 3000 keys, padding tokens,
+    with or without the LSE; half the families planned on one SM (unsplit), half for this GPU or
+    with forced splits of 64-256 keys; against the float64 loop."""
+    rng = random.Random(500000 + family)
+    if family % 2 == 0:
+        one_sm(monkeypatch)
+    heads, latent = rng.choice((1, 4, 8, 12, 16, 16, 32)), rng.choice((512, 512, 256, 128))
+    bs, dtype, causal = rng.choice((8, 16, 32, 64, 64, 128)), rng.choice((BF16, BF16, FP16)), rng.random() < 0.8
+    max_q = rng.choice((1, 1, 2, 4))
+    for draw in range(25):
+        seed = 500000 + family * 25 + draw
+        r = random.Random(seed)
+        n = r.randint(1, 6)
+        q_lens = tuple(r.randint(1, max_q) for _ in range(n))
+        kv_lens = tuple(
+            r.choice((0, 1, bs - 1, bs, bs + 1, 63, 64, 65, r.randint(1, 700), r.randint(700, 3000))) for _ in range(n))
+        kv_lens = tuple(max(k, q if causal else 0) for k, q in zip(q_lens, kv_lens))
+        split = r.choice((None, None, 64, 128, 256)) if family % 4 == 1 else None
+        case = Case(q_lens, kv_lens, num_heads=heads, latent=latent, rope=64, block_size=bs, dtype=dtype,
+                    causal=causal, with_lse=r.random() < 0.8, pad_tokens=r.choice((0, 0, 1, 3)), split_tokens=split,
+                    hint=r.random() < 0.5)
+        gluon_mla.clear()
+        try:
+            check_case(case, "cuda")
+            assert gluon_mla and gluon_mla[-1].get("block_q", 0) >= 1, "the narrow kernel did not run"
+        except AssertionError as e:
+            raise AssertionError(f"fuzz seed {seed}: {case.id}: {e}") from e
+
+
+@gpu_tier
+@pytest.mark.parametrize("heads", [128, 16])
+@pytest.mark.parametrize("sms", ["one_sm", "all_sms"])
+def test_gluon_mla_bad_block_ids_cuda(sms: str, heads: int, gluon_mla, monkeypatch) -> None:
+    if sms == "one_sm":
+        one_sm(monkeypatch)
+    b = make_batch(replace(_BASE, q_lens=(1, 2, 1), kv_lens=(1000, 500, 64), num_heads=heads), "cuda", seed=11)
     nb, bs = b.kv_cache.shape[:2]
     for i, (n, bad) in enumerate(zip((1000, 500, 64), (-1, nb, 2**31 - 1))):
         b.block_table[i, (5 * i) % -(-n // bs)] = bad
@@ -839,15 +990,16 @@ def test_gluon_mla_bad_block_ids_cuda(sms: str, gluon_mla, monkeypatch) -> None:
 
 @gpu_tier
 def test_gluon_mla_declines_cuda(gluon_mla) -> None:
-    """fp8 caches, 16 heads, a cross-layer (strided) cache and batch-invariant mode run the
+    """fp8 caches, 48 heads (neither 64-head groups nor 32 rows) and batch-invariant mode run the
     Triton kernel."""
-    for case in (replace(_BASE, num_heads=128, cache_dtype=E4M3), replace(_BASE),
-                 replace(_BASE, num_heads=128, strided=True)):
+    for case in (replace(_BASE, num_heads=128, cache_dtype=E4M3), replace(_BASE, cache_dtype=E4M3),
+                 replace(_BASE, num_heads=48)):
         gluon_mla.clear()
         check_case(case, "cuda")
         assert not gluon_mla, f"the Gluon kernel took {case.id}"
     with _config.batch_invariant(True):
         check_case(replace(_BASE, num_heads=128), "cuda")
+        check_case(replace(_BASE), "cuda")
     assert not gluon_mla, "the Gluon kernel took a batch-invariant call"
 
 
@@ -886,8 +1038,9 @@ def test_gluon_mla_kernel_fuzz_cuda(family: int, gluon_mla, monkeypatch) -> None
 
 
 @gpu_tier
+@pytest.mark.parametrize("heads", [128, 16])
 @pytest.mark.parametrize("sms", ["one_sm", "all_sms"])
-def test_gluon_mla_graph_and_compile_cuda(sms: str, gluon_mla, monkeypatch) -> None:
+def test_gluon_mla_graph_and_compile_cuda(sms: str, heads: int, gluon_mla, monkeypatch) -> None:
     """Captured once under sync-debug "error" and replayed on new lengths, unsplit and split (the
     workspace allocated in the graph); the public op under torch.compile(fullgraph=True) gives
     the eager bits."""
@@ -899,7 +1052,7 @@ def test_gluon_mla_graph_and_compile_cuda(sms: str, gluon_mla, monkeypatch) -> N
     def ran() -> None:
         assert gluon_mla, "the Gluon MLA kernel did not run"
 
-    static = check_graph_replays(replace(_BASE, num_heads=128), ran)
+    static = check_graph_replays(replace(_BASE, num_heads=heads), ran)
 
     def public(ql, qr, kv, bt, sl, qsl):
         return torch_paged_attn.mla_decode(ql, qr, kv, bt, sl, qsl, scale=static.scale)

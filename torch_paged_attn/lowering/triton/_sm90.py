@@ -54,18 +54,37 @@ def unavailable(t: Tensor) -> str | None:
     return None
 
 
-def cache_declines(caches: Iterable[Tensor]) -> str | None:
+def block_rows(cache: Tensor) -> int:
+    """Rows of the ``[rows, W]`` view (``descriptor_spec``) from one block of ``cache`` to the next:
+    ``BS`` for a contiguous cache, more for a layer of a cross-layer buffer."""
+    return cache.stride(0) // math.prod(cache.shape[2:])
+
+
+def view_rows(cache: Tensor) -> int:
+    """Rows of ``cache``'s ``[rows, W]`` view: up to the last block's last slot. The kernels send
+    a block id outside ``[0, NB)`` to this row, past the view, where TMA reads zeros."""
+    return (cache.shape[0] - 1) * block_rows(cache) + cache.shape[1]
+
+
+def cache_declines(caches: Iterable[Tensor], strided: bool = False) -> str | None:
     """Why TMA cannot read these paged caches ``[NB, BS, ...]`` (None: it can): a block size that
     is a power of two >= 8, contiguous storage starting 16-byte aligned (the caching allocator's
     storages start 512-byte aligned), and fewer than 2^31 rows (TMA coordinates are int32; the
-    kernels address one row past the last)."""
+    kernels address one row past the last). ``strided`` (a kernel that addresses row ``block *
+    block_rows + slot``): also a cache whose blocks are contiguous ``[BS, W]`` rows spaced by a
+    multiple of ``W`` (a layer of a cross-layer buffer ``[NB, layers, BS, W]``)."""
     for cache in caches:
         num_blocks, block_size = cache.shape[:2]
         if block_size < 8 or block_size & (block_size - 1):
             return "block size: a power of two >= 8 only"
-        if not cache.is_contiguous() or cache.storage_offset() * cache.element_size() % 16:
-            return "caches: contiguous, 16-byte aligned storage only"
-        if num_blocks * block_size >= 2**31 - 64:
+        width = math.prod(cache.shape[2:])
+        rows_ok = cache.is_contiguous() or (
+            strided and cache.dim() == 3 and cache.stride(2) == 1 and cache.stride(1) == width
+            and cache.stride(0) % width == 0 and cache.stride(0) >= block_size * width)
+        if not rows_ok or cache.storage_offset() * cache.element_size() % 16:
+            return ("caches: contiguous rows of each block, blocks a multiple of a row apart, 16-byte aligned"
+                    if strided else "caches: contiguous, 16-byte aligned storage only")
+        if view_rows(cache) >= 2**31 - 64:
             return "cache rows: under 2^31 (TMA coordinates are int32)"
     return None
 
@@ -76,15 +95,17 @@ def _smem_layout(box: int, dtype: torch.dtype):
 
 
 def descriptor_spec(cache: Tensor, box: int):
-    """The TMA descriptor of a cache the kernels take (``cache_declines``) as its ``[NB * BS, W]``
-    view, boxes ``[box, 64]``, for ``_launch.launcher``: the plans fix it once, and each call
-    passes the cache itself (the base). A ``TensorDescriptor`` built per call instead cost 3.6 us
-    of host time with the layout cached, 14.6 us without (2-core CI host), and Triton 3.6 encoded
-    it again at every launch (``_launch``, "Pre-encoded descriptors")."""
+    """The TMA descriptor of a cache the kernels take (``cache_declines``) as a ``[rows, W]`` view
+    from its first element (``view_rows``; ``[NB * BS, W]`` for a contiguous cache, one row a slot,
+    a block's slot ``s`` at row ``block * block_rows + s``), boxes ``[box, 64]``, for
+    ``_launch.launcher``: the plans fix it once, and each call passes the cache itself (the base).
+    A ``TensorDescriptor`` built per call instead cost 3.6 us of host time with the layout cached,
+    14.6 us without (2-core CI host), and Triton 3.6 encoded it again at every launch
+    (``_launch``, "Pre-encoded descriptors")."""
     from ._launch import descriptor
 
-    rows, width = cache.shape[0] * cache.shape[1], math.prod(cache.shape[2:])
-    return descriptor((rows, width), (width, 1), (box, 64), _smem_layout(box, cache.dtype))
+    width = math.prod(cache.shape[2:])
+    return descriptor((view_rows(cache), width), (width, 1), (box, 64), _smem_layout(box, cache.dtype))
 
 
 def descriptor(cache: Tensor, box: int):

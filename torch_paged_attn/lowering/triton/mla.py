@@ -145,6 +145,11 @@ _FP8_CONFIGS = {**_CONFIGS, 16: (64, 4, 1, 2, "keys", "queries")}
 # to amortise it), hence the floor, where the two lines crossed (about 400 keys).
 SM90_GLUON = True
 _GLUON_MIN_KEYS = 512
+# Calls of at most 32 query rows a program (tokens x heads: 16-head models, speculative tokens)
+# that ``mla_sm90_narrow`` takes run it, under the same conditions (sm_90, bf16/fp16, not
+# batch-invariant, tables of at least _GLUON_MIN_KEYS keys): its products transposed, the 64-key
+# tile as wgmma's M, one program an SM. Not yet timed on a GPU.
+SM90_NARROW = True
 # Heads one program holds (the M dimension of the dots is at most 64 rows).
 _MAX_HEADS_PER_PROGRAM = 64
 _MAX_BLOCK_M = 64
@@ -469,23 +474,35 @@ def prepare_mla_decode(
     heads = cdiv(num_heads, num_head_groups)
     invariant = _config.is_batch_invariant()
     if SM90_GLUON and not invariant and max_blocks * block_size >= _GLUON_MIN_KEYS:
-        from . import mla_sm90
+        from . import mla_sm90, mla_sm90_narrow
 
+        narrow_q = _narrow_block_q(num_heads, num_tokens, num_seqs, max_query_len)
         if mla_sm90.declines(q_latent, q_rope, kv_cache) is None:
-            # split like the Triton kernel (one program per SM: 230 KB of shared memory each)
+            # one program a token and 64-head group; splits at multiples of its pair of tiles
+            gluon = (0, num_tokens * num_head_groups, mla_sm90.SPLIT_KEYS)
+        elif SM90_NARROW and mla_sm90_narrow.declines(q_latent, q_rope, kv_cache, narrow_q) is None:
+            gluon = (narrow_q, _busy_q_blocks(num_tokens, num_seqs, narrow_q, max_query_len), mla_sm90_narrow.TILE_N)
+        else:
+            gluon = None
+        if gluon is not None:
+            block_q, programs, split_multiple = gluon
+            # split like the Triton kernel (one program per SM: 164-230 KB of shared memory each)
             split_tokens, num_splits, write_partial = _plan_splits(
-                q_latent.device, num_tokens * num_head_groups, 1, max_blocks * block_size, mla_sm90.SPLIT_KEYS,
+                q_latent.device, programs, 1, max_blocks * block_size, split_multiple,
                 num_tokens * num_heads * (latent + 1) * 4, split_tokens,
             )
             call = (q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse)
             if num_splits == 1:
-                return mla_sm90.prepare(scale=scale, causal=causal, split_tokens=_NO_SPLIT, call=call)
+                return mla_sm90.prepare(scale=scale, causal=causal, split_tokens=_NO_SPLIT, call=call, block_q=block_q)
             if write_partial:
+                # the narrow kernel signals after its key loop (the wide one does not)
+                pdl = block_q > 0 and use_pdl(q_latent.device)
                 workspace = _Workspace(True, num_tokens, num_splits, num_heads, latent, q_latent.device)
                 return mla_sm90.prepare(
                     scale=scale, causal=causal, split_tokens=split_tokens, call=call, workspace=workspace,
                     combine=_combine(workspace, split_tokens, num_splits, num_tokens, num_seqs, num_heads, latent,
-                                     False, seq_lens, query_start_loc, out, lse, pdl=False),
+                                     False, seq_lens, query_start_loc, out, lse, pdl=pdl, all_splits=block_q > 0),
+                    block_q=block_q, pdl=pdl,
                 )
     if invariant and split_tokens is None:
         split_tokens = _INVARIANT_SPLIT_TOKENS
@@ -577,13 +594,24 @@ def prepare_mla_decode(
     return run
 
 
+def _narrow_block_q(num_heads: int, num_tokens: int, num_seqs: int, max_query_len: int) -> int:
+    """Query tokens a program of ``mla_sm90_narrow`` holds: 1 for decode, else the hint or the mean
+    tokens per sequence (as the Triton kernel's query block), as far as they fit its 32 rows."""
+    per_seq = max_query_len if max_query_len > 0 else cdiv(num_tokens, max(num_seqs, 1))
+    if per_seq <= 1:
+        return 1
+    return max(1, min(next_power_of_2(per_seq), 32 // next_power_of_2(num_heads)))
+
+
 def _combine(workspace: _Workspace, split_tokens: int, num_splits: int, num_tokens: int, num_seqs: int,
              num_heads: int, latent: int, is_fp8: bool, seq_lens: Tensor, query_start_loc: Tensor, out: Tensor,
-             lse: Tensor | None, pdl: bool):
+             lse: Tensor | None, pdl: bool, all_splits: bool = False):
     """The combine kernel's launch for the partials in ``workspace`` (splits of ``split_tokens``
     keys): ``combine(q_latent, part_out, part_lse, seq_lens, query_start_loc, out, lse,
     kv_scale=None)`` merges them into ``out`` and ``lse`` (None: not stored); ``pdl``: launched
-    with programmatic dependent launch (``paged_attention.use_pdl``; the kernel before it signals)."""
+    with programmatic dependent launch (``paged_attention.use_pdl``; the kernel before it signals);
+    ``all_splits``: every token's splits were all written (the narrow Gluon kernel), so each token
+    merges all of them without looking its sequence up."""
     device, has_lse = out.device, lse is not None
     po_strides, pl_strides = workspace.po_strides, workspace.pl_strides
     so, lse_strides = out.stride(), lse.stride() if has_lse else (0, 0)
@@ -600,7 +628,8 @@ def _combine(workspace: _Workspace, split_tokens: int, num_splits: int, num_toke
         stride_o_tok=so[0], stride_o_head=so[1],
         stride_lse_tok=lse_strides[0], stride_lse_head=lse_strides[1],
         HEAD_SIZE_V=latent, DV_PAD=l_pad,
-        HAS_SINKS=False, IS_FP8=is_fp8, HAS_LSE=has_lse, MERGE_GROUP=_MERGE_GROUP, **blocking,
+        HAS_SINKS=False, IS_FP8=is_fp8, HAS_LSE=has_lse, MERGE_GROUP=_MERGE_GROUP, ALL_SPLITS=all_splits,
+        **blocking,
         **pdl_options(pdl),
     )
 

@@ -107,7 +107,7 @@ def declines(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor) -> str | None:
     num_heads = q_latent.shape[1]
     if num_heads % HEADS:
         return "heads: a multiple of 64"
-    reason = _sm90.cache_declines((kv_cache,))
+    reason = _sm90.cache_declines((kv_cache,), strided=True)
     if reason:
         return reason
     if q_latent.stride(2) != 1 or q_rope.stride(2) != 1:
@@ -132,18 +132,24 @@ if gluon is not None:
     _P_OPERAND = gl.constexpr(gl.DotOperandLayout(operand_index=0, parent=_ACC, k_width=2))
 
     @gluon.jit
-    def _page_row(key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks, BLOCK_SIZE: gl.constexpr):
-        """The cache row holding key ``key0``; past the last row (TMA reads zeros there) for a page
-        past ``num_pages`` or an id outside ``[0, num_blocks)``."""
+    def _block_row(blk, key0, num_blocks, block_rows, BLOCK_SIZE: gl.constexpr):
+        """The row of the cache's ``[rows, W]`` view (``_sm90.descriptor_spec``) holding key ``key0``
+        of block ``blk``; past the view's last row (TMA reads zeros there) for an id outside ``[0,
+        num_blocks)`` (-1: a page past the sequence)."""
+        ok = (blk >= 0) & (blk < num_blocks)
+        return gl.where(ok, blk * block_rows + key0 % BLOCK_SIZE, (num_blocks - 1) * block_rows + BLOCK_SIZE)
+
+    @gluon.jit
+    def _page_row(key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks, block_rows, BLOCK_SIZE: gl.constexpr):
+        """``_block_row`` of key ``key0`` of the sequence whose block-table row is ``seq_row_ptr``."""
         page = key0 // BLOCK_SIZE
         blk = gl.load(seq_row_ptr + page * stride_bt_block, mask=page < num_pages, other=-1)
-        ok = (blk >= 0) & (blk < num_blocks)
-        return gl.where(ok, blk * BLOCK_SIZE + key0 % BLOCK_SIZE, num_blocks * BLOCK_SIZE)
+        return _block_row(blk, key0, num_blocks, block_rows, BLOCK_SIZE)
 
     @gluon.jit
     def _load(kv_desc, kv_smem, ready, empty, slot: gl.constexpr, e, c0: gl.constexpr, n: gl.constexpr, key0,
-              seq_row_ptr, stride_bt_block, num_pages, num_blocks, CHUNKS: gl.constexpr, BLOCK_SIZE: gl.constexpr,
-              BOX: gl.constexpr):
+              seq_row_ptr, stride_bt_block, num_pages, num_blocks, block_rows, CHUNKS: gl.constexpr,
+              BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr):
         """Once the consumers freed chunk group ``slot`` (``stage * 3 + group``; its ``empty``
         barrier, phase ``e``), its chunks ``[c0, c0 + n)`` of the 64-key tile from ``key0``: one TMA
         box of ``BOX`` rows x 64 columns a page and chunk, completing on its ``ready`` barrier."""
@@ -152,13 +158,14 @@ if gluon is not None:
         bar = ready.index(slot)
         mbarrier.expect(bar, _TILE * 64 * 2 * n)
         for i in gl.static_range(_TILE // BOX):
-            row = _page_row(key0 + i * BOX, seq_row_ptr, stride_bt_block, num_pages, num_blocks, BLOCK_SIZE)
+            row = _page_row(key0 + i * BOX, seq_row_ptr, stride_bt_block, num_pages, num_blocks, block_rows,
+                            BLOCK_SIZE)
             for c in gl.static_range(n):
                 tma_load(kv_desc, [row, (c0 + c) * 64], bar, kv_smem.index(stage * CHUNKS + c0 + c).slice(i * BOX, BOX))
 
     @gluon.jit
     def _producer(kv_desc, kv_smem, ready, empty, key_lo, n_pairs, seq_row_ptr, stride_bt_block, num_pages,
-                  num_blocks, CHUNKS: gl.constexpr, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr):
+                  num_blocks, block_rows, CHUNKS: gl.constexpr, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr):
         """One warp: the two tiles of each pair (tile 2i in stage 0, 2i + 1 in stage 1), each chunk
         group loaded as soon as the consumers free it, in the order they free them: tile 2i + 1's
         rope (after the right warpgroup's scores), tile 2i's left chunks (after the left one's own
@@ -171,17 +178,17 @@ if gluon is not None:
             k0 = key_lo + 2 * i * _TILE
             k1 = k0 + _TILE
             _load(kv_desc, kv_smem, ready, empty, 3 + _R, e, 2 * VCH, 1, k1, seq_row_ptr, stride_bt_block,
-                  num_pages, num_blocks, CHUNKS, BLOCK_SIZE, BOX)
+                  num_pages, num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
             _load(kv_desc, kv_smem, ready, empty, _A, e, 0, VCH, k0, seq_row_ptr, stride_bt_block, num_pages,
-                  num_blocks, CHUNKS, BLOCK_SIZE, BOX)
+                  num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
             _load(kv_desc, kv_smem, ready, empty, 3 + _B, e, VCH, VCH, k1, seq_row_ptr, stride_bt_block, num_pages,
-                  num_blocks, CHUNKS, BLOCK_SIZE, BOX)
+                  num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
             _load(kv_desc, kv_smem, ready, empty, _B, e, VCH, VCH, k0, seq_row_ptr, stride_bt_block, num_pages,
-                  num_blocks, CHUNKS, BLOCK_SIZE, BOX)
+                  num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
             _load(kv_desc, kv_smem, ready, empty, _R, e, 2 * VCH, 1, k0, seq_row_ptr, stride_bt_block, num_pages,
-                  num_blocks, CHUNKS, BLOCK_SIZE, BOX)
+                  num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
             _load(kv_desc, kv_smem, ready, empty, 3 + _A, e, 0, VCH, k1, seq_row_ptr, stride_bt_block, num_pages,
-                  num_blocks, CHUNKS, BLOCK_SIZE, BOX)
+                  num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
 
     @gluon.jit
     def _scores(s, q_smem, kv_smem, ready, ph, stage, c0: gl.constexpr, n: gl.constexpr, CHUNKS: gl.constexpr, z):
@@ -419,6 +426,7 @@ if gluon is not None:
         out_ptr, lse_ptr,  # [T, H, L] or partials [T, S, H, L] float32; [T, H] or [T, S, H] float32
         scale,
         num_tokens, num_seqs, num_blocks, max_blocks, split_tokens,
+        block_rows,  # rows of the cache's [rows, L + R] view from one block to the next (_sm90.block_rows)
         stride_ql_tok, stride_ql_head, stride_qr_tok, stride_qr_head, stride_bt_seq, stride_bt_block,
         stride_sl, stride_qsl, stride_o_tok, stride_o_split, stride_o_head,
         stride_lse_tok, stride_lse_split, stride_lse_head,
@@ -496,26 +504,27 @@ if gluon is not None:
                    stride_qr_head, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head, LATENT, BLOCK_SIZE,
                    HAS_LSE, LSE_UNIT)),
             (_producer, (kv_desc, kv_smem, ready, empty, key_lo, n_pairs, seq_row_ptr, stride_bt_block, num_pages,
-                         num_blocks, CHUNKS, BLOCK_SIZE, BOX)),
+                         num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)),
         ], [4, 1], [CONSUMER_REGS, REGS_PRODUCER])
 
 
 def launch(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: Tensor, seq_lens: Tensor,
            query_start_loc: Tensor, out: Tensor, lse: Tensor | None, scale: float, causal: bool,
-           split_tokens: int) -> None:
-    """One launch: grid (tokens, head groups of 64, splits). ``out`` [T, H, L] and ``lse`` [T, H]
-    (natural log; may be None) take the attention itself; 4-D ``out`` [T, S, H, L] and 3-D ``lse``
-    [T, S, H] (float32) take the partial state of each split of ``split_tokens`` keys (a multiple
-    of the tile; ``out`` normalised, ``lse`` in log2) for ``mla``'s combine kernel. The launcher of
-    these shapes and strides (``_launcher``) is kept in ``_LAUNCHERS``; ``prepare``'s runner holds
-    its own."""
+           split_tokens: int, block_q: int = 0) -> None:
+    """One launch: grid (tokens, head groups of 64, splits), or with ``block_q`` >= 1 the narrow
+    kernel's (``mla_sm90_narrow``: ``block_q`` query tokens x all heads a program). ``out`` [T, H,
+    L] and ``lse`` [T, H] (natural log; may be None) take the attention itself; 4-D ``out`` [T, S,
+    H, L] and 3-D ``lse`` [T, S, H] (float32) take the partial state of each split of
+    ``split_tokens`` keys (a multiple of the tile; ``out`` normalised, ``lse`` in log2) for
+    ``mla``'s combine kernel. The launcher of these shapes and strides (``_launcher``) is kept in
+    ``_LAUNCHERS``; ``prepare``'s runner holds its own."""
     so, sl, num_splits, lse_unit = _out_strides(out, lse)
     key = (q_latent.shape, q_latent.stride(), q_rope.shape, q_rope.stride(), kv_cache.shape, kv_cache.dtype,
            block_table.shape, block_table.stride(), seq_lens.stride(0), query_start_loc.stride(0), so, sl,
-           num_splits, lse_unit, lse is not None, float(scale), bool(causal), split_tokens)
+           num_splits, lse_unit, lse is not None, float(scale), bool(causal), split_tokens, block_q)
     go = _sm90.kept_launcher(_LAUNCHERS, key, lambda: _launcher(
         q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, so, sl, num_splits, lse_unit,
-        lse is not None, scale, causal, split_tokens))
+        lse is not None, scale, causal, split_tokens, block_q))
     go(q_latent, q_latent_ptr=q_latent, q_rope_ptr=q_rope, kv_desc=kv_cache, block_table_ptr=block_table,
        seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc, out_ptr=out,
        lse_ptr=lse if lse is not None else out)
@@ -535,14 +544,22 @@ def _out_strides(out: Tensor, lse: Tensor | None) -> tuple[tuple, tuple, int, fl
 
 def _launcher(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: Tensor, seq_lens: Tensor,
               query_start_loc: Tensor, so: tuple, sl: tuple, num_splits: int, lse_unit: float, has_lse: bool,
-              scale: float, causal: bool, split_tokens: int):
-    """The kernel's ``_launch.launcher`` for calls of these shapes and strides, writing into an
+              scale: float, causal: bool, split_tokens: int, block_q: int = 0, pdl: bool = False):
+    """The kernel's ``_launch.launcher`` for calls of these shapes and strides (``block_q`` >= 1:
+    the narrow kernel's, ``mla_sm90_narrow.launcher_for``, signalling the combine kernel when
+    ``pdl``), writing into an
     ``out`` / ``lse`` of strides ``so`` / ``sl`` (token, split, head) as ``_out_strides`` gives
     them, with its ``num_splits`` and ``lse_unit``: every
     argument but the tensors fixed, the cache's TMA descriptor encoded once per cache address
     (``_sm90.descriptor_spec``). ``go(q_latent, q_latent_ptr=, q_rope_ptr=, kv_desc=kv_cache,
     block_table_ptr=, seq_lens_ptr=, query_start_loc_ptr=, out_ptr=, lse_ptr=)`` (``lse_ptr=out``
     without an LSE)."""
+    if block_q:
+        from . import mla_sm90_narrow
+
+        return mla_sm90_narrow.launcher_for(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, so,
+                                            sl, num_splits, lse_unit, has_lse, scale, causal, split_tokens, block_q,
+                                            pdl)
     num_tokens, num_heads, latent = q_latent.shape
     num_blocks, block_size, _ = kv_cache.shape
     num_seqs, max_blocks = block_table.shape
@@ -551,7 +568,7 @@ def _launcher(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: T
         _mla_sm90_kernel, (num_tokens, num_heads // HEADS, num_splits),
         kv_desc=_sm90.descriptor_spec(kv_cache, box), **({} if has_lse else {"lse_ptr": same_as("out_ptr")}),
         scale=float(scale), num_tokens=num_tokens, num_seqs=num_seqs,
-        num_blocks=num_blocks, max_blocks=max_blocks, split_tokens=split_tokens,
+        num_blocks=num_blocks, max_blocks=max_blocks, split_tokens=split_tokens, block_rows=_sm90.block_rows(kv_cache),
         stride_ql_tok=q_latent.stride(0), stride_ql_head=q_latent.stride(1), stride_qr_tok=q_rope.stride(0),
         stride_qr_head=q_rope.stride(1), stride_bt_seq=block_table.stride(0), stride_bt_block=block_table.stride(1),
         stride_sl=seq_lens.stride(0), stride_qsl=query_start_loc.stride(0), stride_o_tok=so[0],
@@ -565,22 +582,28 @@ def _launcher(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: T
 @torch.library.custom_op("paged_attn::_mla_sm90", mutates_args=("out", "lse"))
 def _mla_sm90(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: Tensor, seq_lens: Tensor,
               query_start_loc: Tensor, out: Tensor, lse: Tensor | None, scale: float, causal: bool,
-              split_tokens: int) -> None:
-    """This kernel into ``out`` and, when given, ``lse`` (``launch``): an opaque op, so that
+              split_tokens: int, block_q: int) -> None:
+    """This kernel (``block_q`` >= 1: the narrow one) into ``out`` and, when given, ``lse``
+    (``launch``): an opaque op, so that
     Inductor, tracing the public op's body, sees one extern call (a Gluon kernel with a TMA
     descriptor is not one ``wrap_triton`` launches)."""
     if q_latent.shape[0] == 0:
         return
-    launch(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, scale, causal, split_tokens)
+    launch(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, scale, causal, split_tokens,
+           block_q)
 
 
 @_mla_sm90.register_fake
-def _(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, scale, causal, split_tokens):
+def _(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, scale, causal, split_tokens,
+      block_q):
     return None
 
 
-def prepare(*, scale: float, causal: bool, split_tokens: int, call: tuple, workspace=None, combine=None):
-    """The runner of this kernel for calls shaped like ``call`` (``q_latent, q_rope, kv_cache,
+def prepare(*, scale: float, causal: bool, split_tokens: int, call: tuple, workspace=None, combine=None,
+            block_q: int = 0, pdl: bool = False):
+    """The runner of this kernel (``block_q`` >= 1: ``mla_sm90_narrow``'s, ``block_q`` query
+    tokens a program, signalling a ``combine`` launched with programmatic dependent launch when
+    ``pdl``) for calls shaped like ``call`` (``q_latent, q_rope, kv_cache,
     block_table, seq_lens, query_start_loc, out, lse``; ``mla.prepare_mla_decode`` documents the
     runner). With a ``workspace`` (``paged_attention._Workspace``), the keys are split at multiples
     of ``split_tokens`` into its partials and ``combine(part_out, part_lse, seq_lens,
@@ -602,7 +625,7 @@ def prepare(*, scale: float, causal: bool, split_tokens: int, call: tuple, works
         so, sl, num_splits, lse_unit = workspace.po_strides, (*workspace.pl_strides, 1), workspace.shapes[0][1], 1.0
         has_lse = True
     go = _launcher(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, so, sl, num_splits, lse_unit,
-                   has_lse, scale, causal, split_tokens)
+                   has_lse, scale, causal, split_tokens, block_q, pdl and workspace is not None)
 
     def attend(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse):
         if plain_eager(q_latent):  # the op's body directly: nothing traces
@@ -611,7 +634,7 @@ def prepare(*, scale: float, causal: bool, split_tokens: int, call: tuple, works
                lse_ptr=lse if lse is not None else out)
         else:
             torch.ops.paged_attn._mla_sm90(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc,
-                                           out, lse, scale, causal, split_tokens)
+                                           out, lse, scale, causal, split_tokens, block_q)
 
     def run(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, options):
         if workspace is None:

@@ -568,6 +568,7 @@ def _combine_kernel(
     HAS_SINKS: tl.constexpr, IS_FP8: tl.constexpr, HAS_LSE: tl.constexpr, MERGE_GROUP: tl.constexpr,
     LOAD_SPLITS: tl.constexpr,
     USE_PDL: tl.constexpr,  # launched before the attention kernel finished (_PDL)
+    ALL_SPLITS: tl.constexpr,  # every token's num_splits partials were written (empty ones -inf, 0)
 ):
     """Merge the ``seq_splits`` partial states of one token, for ``BLOCK_H`` heads and ``DV_BLOCK``
     value columns, in split order. Grid: axis 0 token, axis 1 head block, axis 2 column block
@@ -581,12 +582,16 @@ def _combine_kernel(
     offs_dv = column_block * DV_BLOCK + tl.arange(0, DV_BLOCK)
     mask = head_ok[:, None] & (offs_dv[None, :] < HEAD_SIZE_V)
     tl.static_assert(DV_PAD % DV_BLOCK == 0)
-    # qsl[0] == 0, so only a malformed table gives -1 here; such rows read a valid split index
-    seq = tl.maximum(_find_sequence(query_start_loc_ptr, stride_qsl, num_seqs, tok, 0), 0)
-    is_seq = seq < num_seqs
-    seq_len = tl.load(seq_lens_ptr + seq * stride_sl, mask=is_seq, other=0)
-    split_tokens = tl.where(seq_len > long_from, long_split_tokens, split_tokens)
-    seq_splits = tl.minimum((tl.maximum(seq_len, 0) + split_tokens - 1) // split_tokens, num_splits)
+    if ALL_SPLITS:  # no lookup (a chain of dependent loads): merging an empty partial changes no bit
+        is_seq = tok < tl.load(query_start_loc_ptr + num_seqs * stride_qsl)
+        seq_splits = num_splits
+    else:
+        # qsl[0] == 0, so only a malformed table gives -1 here; such rows read a valid split index
+        seq = tl.maximum(_find_sequence(query_start_loc_ptr, stride_qsl, num_seqs, tok, 0), 0)
+        is_seq = seq < num_seqs
+        seq_len = tl.load(seq_lens_ptr + seq * stride_sl, mask=is_seq, other=0)
+        split_tokens = tl.where(seq_len > long_from, long_split_tokens, split_tokens)
+        seq_splits = tl.minimum((tl.maximum(seq_len, 0) + split_tokens - 1) // split_tokens, num_splits)
     v_scale = 1.0
     if IS_FP8:
         v_scale = tl.load(v_scale_ptr)
@@ -923,7 +928,8 @@ def prepare_paged_attention(
         stride_o_tok=so[0], stride_o_head=so[1],
         stride_lse_tok=lse_strides[0], stride_lse_head=lse_strides[1],
         HEAD_SIZE_V=head_size_v, DV_PAD=dv_pad,
-        HAS_SINKS=sinks is not None, IS_FP8=is_fp8, HAS_LSE=has_lse, MERGE_GROUP=_MERGE_GROUP, **blocking,
+        HAS_SINKS=sinks is not None, IS_FP8=is_fp8, HAS_LSE=has_lse, MERGE_GROUP=_MERGE_GROUP, ALL_SPLITS=False,
+        **blocking,
         **pdl_options(pdl),
     )
 

@@ -1,0 +1,404 @@
+"""MLA decode on Hopper (sm_90) in Gluon for narrow row groups (query tokens x heads <= 32 rows:
+16-head models, speculative tokens), the products taken transposed so that the 64-key tile fills
+wgmma's 64-row M dimension and the few query rows its N.
+
+Computes what ``mla._mla_kernel`` computes (absorbed MLA decode: every head attends to the rows
+``[c | k_pe]`` of a paged latent cache, the latent ``c`` is the value too) for the calls it takes
+(``declines``): bf16/fp16 queries and cache of the same dtype, latent a multiple of 64 up to 512,
+rope 64, ``BLOCK_Q`` query tokens x ``H`` heads <= 32 rows a program, block sizes that are powers
+of two >= 8, a contiguous cache, no fp8.
+
+Why transposed. With 16 rows a program, ``S = Q K^T`` on wgmma pads the rows to 64 (its M is 64
+per warpgroup): four times the tensor-core work and the A operand re-read for nothing. Here a
+program computes ``S^T = K Q^T`` (M = the tile's 64 keys, N = the ROWS query rows, K = the 576
+columns; A the latent tile in shared memory, B the queries, both K-major) and ``O^T += V^T P^T``
+(M = 64 latent columns a wgmma, eight of them, K = the 64 keys; A the latent tile read transposed
+from shared memory, B = P^T stored to shared memory). No row is padded; the softmax runs down the
+columns (a cross-warp reduction over the keys).
+
+Loads: the cache seen as the 2-D ``[NB * BS, L + R]`` tensor, one TMA box of ``min(BS, 64)`` rows
+x 64 columns a page and chunk (128-byte swizzle, the wgmma operand layout); a block id outside
+``[0, NB)`` (or a page past the sequence) points the copy past the last row, where TMA fills
+zeros, and the scores of those keys are masked. Two stages of 64 keys x 576 columns (144 KiB):
+tile ``j + 2`` is issued as soon as the products of tile ``j`` are done, so a tile is in flight
+while one is multiplied. The kernel is bound by the cache's bytes (a tile's products
+take ~0.4 us of tensor-core time against ~3 us for its 72 KiB at one SM's share of the DRAM
+bandwidth). Value rows past the sequence end in the last tile are zeroed in shared memory before
+``P V`` (the cache there may hold anything, and 0 * NaN is NaN).
+
+Grid: (query block, 1, split). ``BLOCK_Q`` 1: program t is token t; more: the query blocks of
+each sequence as ``paged_attention._attention_kernel`` numbers them (``T // BLOCK_Q + B + 1``
+programs, those past the sequences' blocks exit; the padding rows past ``query_start_loc[-1]``
+form a pseudo-sequence without keys). Split-KV (``mla_sm90.launch`` with 4-D ``out``): program (block, split)
+covers keys ``[split * split_tokens, + split_tokens)`` and writes its normalised partial output
+and log2 LSE (0 and -inf for no keys) for ``mla``'s combine kernel.
+
+Layouts: q_latent/out ``[T, H, L]``, q_rope ``[T, H, R]`` (last stride 1), kv_cache ``[NB, BS, L +
+R]`` contiguous; partials ``[T, S, H, L]`` and ``[T, S, H]`` float32. Shared memory: ``2 x 64 x (L
++ R) x 2`` (stages) + ``ROWS x (L + R) x 2`` (Q) + ``64 x ROWS x 2`` (P) bytes: 164 KiB at 576
+columns and 16 rows, one program an SM. Bytes moved: ``sum_b kv_b * (L + R) * cache_bytes`` (each
+program reads its keys once) + ``T * H * (2L + R) * q_bytes`` (+ the partials, written and read
+once).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from . import _sm90
+from ._launch import launcher, same_as
+
+try:  # Gluon ships with Triton >= 3.5
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_wait,
+    )
+
+    from ._sm90 import thread_barrier, tma_load
+    from .mla_sm90 import _block_row, _finite, _page_row
+except ImportError:  # pragma: no cover - depends on the installed Triton
+    gluon = None
+
+LOG2E = 1.4426950408889634
+TILE_N = 64  # keys a tile: wgmma's M
+MAX_ROWS = 32  # query tokens x heads a program (wgmma's N)
+
+
+def num_warps(rows: int) -> int:
+    """One warpgroup for 16 rows; two for 32, each the same keys and half the rows (O^T takes
+    ``4 * rows`` registers a thread in one warpgroup: 128 at 32 rows, which spilled, sm_90 SASS)."""
+    return 4 if rows <= 16 else 8
+
+
+def rows(num_heads: int, block_q: int) -> int:
+    """The N of a program's products: ``block_q`` tokens x ``num_heads`` heads, a power of two >= 16."""
+    n = 16
+    while n < num_heads * block_q:
+        n *= 2
+    return n
+
+
+def declines(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_q: int) -> str | None:
+    """Why this kernel does not take the call with ``block_q`` query tokens a program (None: it
+    takes it). Static facts only."""
+    reason = _sm90.unavailable(q_latent)
+    if reason:
+        return reason
+    if q_latent.dtype not in (torch.bfloat16, torch.float16) or q_rope.dtype != q_latent.dtype \
+            or kv_cache.dtype != q_latent.dtype:
+        return "dtype: bf16/fp16 queries and cache of the same dtype only"
+    latent, rope = q_latent.shape[2], q_rope.shape[2]
+    if latent % 64 or latent > 512 or rope != 64:
+        return "latent a multiple of 64 up to 512, rope 64"
+    if q_latent.shape[1] * block_q > MAX_ROWS:
+        return f"rows: query tokens x heads at most {MAX_ROWS} a program"
+    reason = _sm90.cache_declines((kv_cache,), strided=True)
+    if reason:
+        return reason
+    if q_latent.stride(2) != 1 or q_rope.stride(2) != 1:
+        return "queries: contiguous last dimension"
+    return None
+
+
+if gluon is not None:
+    _TILE = gl.constexpr(TILE_N)
+    _LOG2E = gl.constexpr(LOG2E)
+
+    @gluon.jit
+    def _issue(kv_desc, kv_smem, ready, stage, key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks, block_rows,
+               CHUNKS: gl.constexpr, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr):
+        """The 64-key tile from ``key0`` into ``stage``: one TMA box of ``BOX`` rows x 64 columns a
+        page and chunk, completing on the stage's ``ready`` barrier."""
+        bar = ready.index(stage)
+        mbarrier.expect(bar, _TILE * 64 * 2 * CHUNKS)
+        for i in gl.static_range(_TILE // BOX):
+            row = _page_row(key0 + i * BOX, seq_row_ptr, stride_bt_block, num_pages, num_blocks, block_rows,
+                            BLOCK_SIZE)
+            for c in gl.static_range(CHUNKS):
+                tma_load(kv_desc, [row, c * 64], bar, kv_smem.index(stage * CHUNKS + c).slice(i * BOX, BOX))
+
+    @gluon.jit
+    def _issue_page(kv_desc, kv_smem, ready, stage, key0, blk, num_blocks, block_rows, CHUNKS: gl.constexpr,
+                    BLOCK_SIZE: gl.constexpr):
+        """``_issue`` for a tile within one page (block size >= 64) whose block id ``blk`` (-1:
+        none) was loaded earlier."""
+        row = _block_row(blk, key0, num_blocks, block_rows, BLOCK_SIZE)
+        bar = ready.index(stage)
+        mbarrier.expect(bar, _TILE * 64 * 2 * CHUNKS)
+        for c in gl.static_range(CHUNKS):
+            tma_load(kv_desc, [row, c * 64], bar, kv_smem.index(stage * CHUNKS + c))
+
+    @gluon.jit
+    def _pv(o, kv_smem, base, c: gl.constexpr, p_smem, VCH: gl.constexpr):
+        """Issue ``O^T[c] += V^T[c] P^T`` for latent chunk ``c`` (when the latent has it)."""
+        if c < VCH:
+            o = warpgroup_mma(kv_smem.index(base + c).permute((1, 0)), p_smem, o, is_async=True)
+        return o
+
+    @gluon.jit
+    def _zero_rows(kv_smem, base, tail, VCH: gl.constexpr, WARPS: gl.constexpr):
+        """Value rows ``>= tail`` of the stage's latent chunks from ``base`` to zero (the cache may
+        hold NaN past a sequence's last key, and 0 * NaN is NaN); the caller fences before a
+        wgmma reads them."""
+        if tail < _TILE:
+            zl: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [WARPS, 1], [1, 0])
+            rows = gl.expand_dims(gl.arange(0, _TILE, layout=gl.SliceLayout(1, zl)), 1)
+            for c in gl.static_range(VCH):
+                buf = kv_smem.index(base + c)
+                v = buf.load(zl)
+                buf.store(gl.where(rows < tail, v, gl.zeros_like(v)))
+
+    @gluon.jit
+    def _store(out_ptr, o, c: gl.constexpr, inv_l, o_cols, o_ok, VCH: gl.constexpr, layout: gl.constexpr):
+        """Latent chunk ``c`` of O^T (64 columns x the rows), divided by l, to ``out`` through
+        ``layout`` (each thread 4 consecutive columns of one row: 16-byte stores of float32
+        partials, where the accumulator's layout spreads a row's columns over 8 lanes)."""
+        if c < VCH:
+            v = gl.convert_layout((o * inv_l).to(out_ptr.dtype.element_ty), layout)
+            i = gl.arange(0, _TILE, layout=gl.SliceLayout(1, layout)) + c * 64
+            gl.store(out_ptr + o_cols + gl.expand_dims(i, 1), v, mask=o_ok)
+
+    @gluon.jit(do_not_specialize=["num_tokens", "num_seqs", "max_blocks", "split_tokens"])
+    def _mla_narrow_kernel(
+        q_latent_ptr, q_rope_ptr,  # [T, H, L], [T, H, R]
+        kv_desc,  # TMA descriptor of the cache as [NB * BS, L + R], boxes [BOX, 64]
+        block_table_ptr, seq_lens_ptr, query_start_loc_ptr,  # [B, MB], [B], [B + 1] int32
+        out_ptr, lse_ptr,  # [T, H, L] or partials [T, S, H, L] float32; [T, H] or [T, S, H] float32
+        scale,
+        num_tokens, num_seqs, num_blocks, max_blocks, split_tokens,
+        block_rows,  # rows of the cache's [rows, L + R] view from one block to the next (_sm90.block_rows)
+        stride_ql_tok, stride_ql_head, stride_qr_tok, stride_qr_head, stride_bt_seq, stride_bt_block,
+        stride_sl, stride_qsl, stride_o_tok, stride_o_split, stride_o_head,
+        stride_lse_tok, stride_lse_split, stride_lse_head,
+        HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, ROWS: gl.constexpr,
+        LATENT: gl.constexpr, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr,
+        CAUSAL: gl.constexpr, HAS_LSE: gl.constexpr, LSE_UNIT: gl.constexpr, USE_PDL: gl.constexpr,
+        WARPS: gl.constexpr,
+    ):
+        CHUNKS: gl.constexpr = LATENT // 64 + 1
+        VCH: gl.constexpr = LATENT // 64
+        dtype: gl.constexpr = q_latent_ptr.dtype.element_ty
+        # WARPS / 4 warpgroups, each the same 64 keys and its own ROWS * 4 / WARPS of the rows
+        WG: gl.constexpr = WARPS // 4
+        acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WG],
+                                                             instr_shape=[16, ROWS // WG, 16])
+        col_layout: gl.constexpr = gl.SliceLayout(0, acc_layout)  # [ROWS]: one query row each
+        key_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)  # [64]: the tile's keys
+        pid_q = gl.program_id(0)
+        split = gl.program_id(2)
+        out_ptr += split.to(gl.int64) * stride_o_split
+        lse_ptr += split.to(gl.int64) * stride_lse_split
+
+        # -- the program's sequence and its first token (q_block_start, within the sequence) --
+        if BLOCK_Q == 1:  # token pid_q: the last b with query_start_loc[b] <= pid_q
+            lo_s = pid_q * 0
+            hi_s = num_seqs - 1
+            while lo_s < hi_s:
+                mid = (lo_s + hi_s + 1) // 2
+                below = gl.load(query_start_loc_ptr + mid * stride_qsl) <= pid_q
+                lo_s = gl.where(below, mid, lo_s)
+                hi_s = gl.where(below, hi_s, mid - 1)
+            seq = lo_s
+            q_start = gl.load(query_start_loc_ptr + seq * stride_qsl)
+            q_end = gl.load(query_start_loc_ptr + (seq + 1) * stride_qsl)
+            # padding tokens past query_start_loc[-1]: no keys (0 and -inf)
+            seq_len = gl.where(pid_q < q_end, gl.load(seq_lens_ptr + seq * stride_sl), 0)
+            q_end = gl.maximum(q_end, pid_q + 1)
+        else:  # the query blocks of paged_attention._attention_kernel
+            lo = pid_q * 0
+            hi = num_seqs + 1
+            while lo < hi:
+                mid = (lo + hi) // 2
+                below = gl.load(query_start_loc_ptr + mid * stride_qsl) // BLOCK_Q + mid <= pid_q
+                lo = gl.where(below, mid + 1, lo)
+                hi = gl.where(below, hi, mid)
+            seq = gl.maximum(lo - 1, 0)
+            is_seq = seq < num_seqs  # else the padding rows' pseudo-sequence: no keys
+            q_start = gl.load(query_start_loc_ptr + seq * stride_qsl)
+            q_end = gl.load(query_start_loc_ptr + (seq + 1) * stride_qsl, mask=is_seq, other=0)
+            q_end = gl.where(is_seq, q_end, num_tokens)
+            seq_len = gl.load(seq_lens_ptr + seq * stride_sl, mask=is_seq, other=0)
+        q_len = q_end - q_start
+        q_block_start = pid_q - q_start
+        if BLOCK_Q > 1:
+            q_block_start = (pid_q - (q_start // BLOCK_Q + seq)) * BLOCK_Q
+            if (q_block_start < 0) | (q_block_start >= q_len):
+                return
+        context = seq_len - q_len
+        p_last = context + gl.minimum(q_block_start + BLOCK_Q, q_len) - 1
+        kv_hi = gl.minimum(seq_len, max_blocks * BLOCK_SIZE)
+        if CAUSAL:
+            kv_hi = gl.minimum(kv_hi, p_last + 1)
+        key_lo = split * split_tokens  # a multiple of the tile
+        kv_end = gl.maximum(gl.minimum(kv_hi, key_lo + split_tokens), key_lo)
+        n_tiles = (kv_end - key_lo + _TILE - 1) // _TILE
+        num_pages = gl.minimum((seq_len + BLOCK_SIZE - 1) // BLOCK_SIZE, max_blocks)
+        seq_row_ptr = block_table_ptr + seq.to(gl.int64) * stride_bt_seq
+
+        q_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+        P_SWIZZLE: gl.constexpr = ROWS * 2 if ROWS * 2 <= 128 else 128
+        p_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=P_SWIZZLE, element_bitwidth=16, rank=2)
+        kv_smem = gl.allocate_shared_memory(dtype, [2 * CHUNKS, _TILE, 64], kv_desc.layout)
+        q_smem = gl.allocate_shared_memory(dtype, [CHUNKS, ROWS, 64], q_layout)
+        p_smem = gl.allocate_shared_memory(dtype, [_TILE, ROWS], p_layout)
+        ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(ready.index(0), count=1)
+        mbarrier.init(ready.index(1), count=1)
+        fence_async_shared()
+        # the first two tiles' copies go out before the queries are read
+        if n_tiles > 0:
+            _issue(kv_desc, kv_smem, ready, 0, key_lo, seq_row_ptr, stride_bt_block, num_pages, num_blocks,
+                   block_rows, CHUNKS, BLOCK_SIZE, BOX)
+        if n_tiles > 1:
+            _issue(kv_desc, kv_smem, ready, 1, key_lo + _TILE, seq_row_ptr, stride_bt_block, num_pages, num_blocks,
+                   block_rows, CHUNKS, BLOCK_SIZE, BOX)
+
+        # -- Q [ROWS, L + R] into shared memory: row r is token r // HEADS, head r % HEADS --
+        io_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [WARPS, 1], [1, 0])
+        r_io = gl.arange(0, ROWS, layout=gl.SliceLayout(1, io_layout))
+        t_io = r_io // HEADS
+        ok_io = gl.expand_dims((t_io < BLOCK_Q) & (q_block_start + t_io < q_len), 1)
+        tok_io = (q_start + q_block_start + t_io).to(gl.int64)
+        ql_rows = gl.expand_dims(tok_io * stride_ql_tok + (r_io % HEADS) * stride_ql_head, 1)
+        qr_rows = gl.expand_dims(tok_io * stride_qr_tok + (r_io % HEADS) * stride_qr_head, 1)
+        offs_c = gl.expand_dims(gl.arange(0, 64, layout=gl.SliceLayout(0, io_layout)), 0)
+        for c in gl.static_range(CHUNKS):
+            if c < CHUNKS - 1:
+                q = gl.load(q_latent_ptr + ql_rows + offs_c + c * 64, mask=ok_io, other=0.0)
+            else:
+                q = gl.load(q_rope_ptr + qr_rows + offs_c, mask=ok_io, other=0.0)
+            q_smem.index(c).store(q)
+        fence_async_shared()
+        thread_barrier()
+
+        # -- the query rows as the products' columns --
+        r_c = gl.arange(0, ROWS, layout=col_layout)
+        t_c = r_c // HEADS
+        pos_c = context + q_block_start + t_c  # each row's position (causal: keys <= pos)
+        qk_scale = scale * _LOG2E
+        m_i = gl.full([ROWS], float("-inf"), gl.float32, col_layout)
+        l_i = gl.zeros([ROWS], gl.float32, col_layout)
+        o0 = gl.zeros([_TILE, ROWS], gl.float32, acc_layout)
+        o1 = o0
+        o2 = o0
+        o3 = o0
+        o4 = o0
+        o5 = o0
+        o6 = o0
+        o7 = o0
+        for j in range(n_tiles):
+            st = j % 2
+            key0 = key_lo + j * _TILE
+            base = st * CHUNKS
+            # keys past kv_end or on pages with an id outside [0, NB): their block ids are loaded
+            # before the tile is waited for (an L2 round trip otherwise between scores and softmax)
+            keys = key0 + gl.arange(0, _TILE, layout=key_layout)
+            page = keys // BLOCK_SIZE
+            blk = gl.load(seq_row_ptr + page * stride_bt_block, mask=page < num_pages, other=-1)
+            if BOX == _TILE:  # and the block id of tile j + 2 (one page), which this stage takes next
+                page2 = (key0 + 2 * _TILE) // BLOCK_SIZE
+                blk2 = gl.load(seq_row_ptr + page2 * stride_bt_block, mask=page2 < num_pages, other=-1)
+            mbarrier.wait(ready.index(st), (j // 2) & 1)
+            # S^T = K Q^T over the 576 columns: [64 keys, ROWS]
+            s = gl.zeros([_TILE, ROWS], gl.float32, acc_layout)
+            for c in gl.static_range(CHUNKS):
+                s = warpgroup_mma(kv_smem.index(base + c), q_smem.index(c).permute((1, 0)), s, is_async=True)
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+            # masked: those keys, and (causal) keys after a row's position
+            visible = gl.expand_dims((blk >= 0) & (blk < num_blocks) & (keys < kv_end), 1)
+            if CAUSAL and BLOCK_Q > 1:
+                visible = visible & (gl.expand_dims(keys, 1) <= gl.expand_dims(pos_c, 0))
+            s = gl.where(visible, s, float("-inf"))
+            # online softmax down the columns
+            m_new = gl.maximum(m_i, gl.max(s, 0) * qk_scale)
+            m_ref = _finite(m_new)
+            alpha = gl.exp2(m_i - m_ref)
+            p = gl.exp2(s * qk_scale - gl.expand_dims(m_ref, 0))
+            l_i = l_i * alpha + gl.sum(p, 0)
+            m_i = m_new
+            a = gl.expand_dims(alpha, 0)
+            o0, o1, o2, o3, o4, o5, o6, o7 = o0 * a, o1 * a, o2 * a, o3 * a, o4 * a, o5 * a, o6 * a, o7 * a
+            _zero_rows(kv_smem, base, kv_end - key0, VCH, WARPS)
+            p_smem.store(p.to(dtype))
+            fence_async_shared()
+            thread_barrier()
+            # O^T += V^T P^T, one wgmma group per 64 latent columns
+            o0 = _pv(o0, kv_smem, base, 0, p_smem, VCH)
+            o1 = _pv(o1, kv_smem, base, 1, p_smem, VCH)
+            o2 = _pv(o2, kv_smem, base, 2, p_smem, VCH)
+            o3 = _pv(o3, kv_smem, base, 3, p_smem, VCH)
+            o4 = _pv(o4, kv_smem, base, 4, p_smem, VCH)
+            o5 = _pv(o5, kv_smem, base, 5, p_smem, VCH)
+            o6 = _pv(o6, kv_smem, base, 6, p_smem, VCH)
+            o7 = _pv(o7, kv_smem, base, 7, p_smem, VCH)
+            o0, o1, o2, o3, o4, o5, o6, o7 = warpgroup_mma_wait(num_outstanding=0,
+                                                                 deps=(o0, o1, o2, o3, o4, o5, o6, o7))
+            # tile j's products are done: its stage takes tile j + 2
+            if j + 2 < n_tiles:
+                if BOX == _TILE:
+                    _issue_page(kv_desc, kv_smem, ready, st, key0 + 2 * _TILE, blk2, num_blocks, block_rows, CHUNKS,
+                                BLOCK_SIZE)
+                else:
+                    _issue(kv_desc, kv_smem, ready, st, key0 + 2 * _TILE, seq_row_ptr, stride_bt_block, num_pages,
+                           num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
+
+        if USE_PDL:  # the key loop is done: the combine kernel may launch (paged_attention._PDL)
+            gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
+                                      is_pure=False, pack=1)
+
+        # -- epilogue: O / l and lse = (m + log2 l) * LSE_UNIT, row r to (token, head) --
+        has_keys = l_i != 0.0
+        inv_l = gl.expand_dims(gl.where(has_keys, 1.0 / gl.where(has_keys, l_i, 1.0), 0.0), 0)
+        row_ok = (t_c < BLOCK_Q) & (q_block_start + t_c < q_len)
+        tok_c = (q_start + q_block_start + t_c).to(gl.int64)
+        st_layout: gl.constexpr = gl.BlockedLayout([4, 1], [16, 2], [1, WARPS], [0, 1])
+        r_s = gl.arange(0, ROWS, layout=gl.SliceLayout(0, st_layout))
+        t_s = r_s // HEADS
+        o_cols = gl.expand_dims((q_start + q_block_start + t_s).to(gl.int64) * stride_o_tok
+                                + (r_s % HEADS) * stride_o_head, 0)
+        o_ok = gl.expand_dims((t_s < BLOCK_Q) & (q_block_start + t_s < q_len), 0)
+        _store(out_ptr, o0, 0, inv_l, o_cols, o_ok, VCH, st_layout)
+        _store(out_ptr, o1, 1, inv_l, o_cols, o_ok, VCH, st_layout)
+        _store(out_ptr, o2, 2, inv_l, o_cols, o_ok, VCH, st_layout)
+        _store(out_ptr, o3, 3, inv_l, o_cols, o_ok, VCH, st_layout)
+        _store(out_ptr, o4, 4, inv_l, o_cols, o_ok, VCH, st_layout)
+        _store(out_ptr, o5, 5, inv_l, o_cols, o_ok, VCH, st_layout)
+        _store(out_ptr, o6, 6, inv_l, o_cols, o_ok, VCH, st_layout)
+        _store(out_ptr, o7, 7, inv_l, o_cols, o_ok, VCH, st_layout)
+        if HAS_LSE:
+            lse = gl.where(has_keys, (m_i + gl.log2(gl.where(has_keys, l_i, 1.0))) * LSE_UNIT, float("-inf"))
+            gl.store(lse_ptr + tok_c * stride_lse_tok + (r_c % HEADS) * stride_lse_head, lse, mask=row_ok)
+
+
+def grid_blocks(num_tokens: int, num_seqs: int, block_q: int) -> int:
+    """Programs along grid axis 0 (query blocks): one a token for ``block_q`` 1, else
+    ``_attention_kernel``'s numbering (``T // block_q + B + 1``)."""
+    return num_tokens if block_q == 1 else num_tokens // block_q + num_seqs + 1
+
+
+def launcher_for(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: Tensor, seq_lens: Tensor,
+                 query_start_loc: Tensor, so: tuple, sl: tuple, num_splits: int, lse_unit: float, has_lse: bool,
+                 scale: float, causal: bool, split_tokens: int, block_q: int, pdl: bool = False):
+    """This kernel's ``_launch.launcher`` for calls of these shapes and strides, as
+    ``mla_sm90._launcher`` (the same arguments and call), with ``block_q`` query tokens a program;
+    ``pdl``: it signals after its key loop that the combine kernel launched after it with
+    programmatic dependent launch may start (``paged_attention._PDL``)."""
+    num_tokens, num_heads, latent = q_latent.shape
+    num_blocks, block_size, _ = kv_cache.shape
+    num_seqs, max_blocks = block_table.shape
+    box = min(block_size, TILE_N)
+    return launcher(
+        _mla_narrow_kernel, (grid_blocks(num_tokens, num_seqs, block_q), 1, num_splits),
+        kv_desc=_sm90.descriptor_spec(kv_cache, box), **({} if has_lse else {"lse_ptr": same_as("out_ptr")}),
+        scale=float(scale), num_tokens=num_tokens, num_seqs=num_seqs,
+        num_blocks=num_blocks, max_blocks=max_blocks, split_tokens=split_tokens, block_rows=_sm90.block_rows(kv_cache),
+        stride_ql_tok=q_latent.stride(0), stride_ql_head=q_latent.stride(1), stride_qr_tok=q_rope.stride(0),
+        stride_qr_head=q_rope.stride(1), stride_bt_seq=block_table.stride(0), stride_bt_block=block_table.stride(1),
+        stride_sl=seq_lens.stride(0), stride_qsl=query_start_loc.stride(0), stride_o_tok=so[0],
+        stride_o_split=so[1], stride_o_head=so[2], stride_lse_tok=sl[0], stride_lse_split=sl[1],
+        stride_lse_head=sl[2], HEADS=num_heads, BLOCK_Q=block_q, ROWS=rows(num_heads, block_q),
+        LATENT=latent, BLOCK_SIZE=block_size, BOX=box, CAUSAL=bool(causal), HAS_LSE=has_lse, LSE_UNIT=lse_unit,
+        USE_PDL=bool(pdl), WARPS=num_warps(rows(num_heads, block_q)), num_warps=num_warps(rows(num_heads, block_q)),
+    )
