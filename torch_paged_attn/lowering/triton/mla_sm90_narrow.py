@@ -335,7 +335,8 @@ if gluon is not None:
             o7 = _pv(o7, kv_smem, base, 7, p_smem, VCH)
             o0, o1, o2, o3, o4, o5, o6, o7 = warpgroup_mma_wait(num_outstanding=0,
                                                                  deps=(o0, o1, o2, o3, o4, o5, o6, o7))
-            # tile j's products are done: its stage takes tile j + 2
+            # tile j's products are done: its stage takes tile j + 2 (Triton's barrier analysis
+            # puts a CTA barrier before the copies: every warp's products have read the stage)
             if j + 2 < n_tiles:
                 if BOX == _TILE:
                     _issue_page(kv_desc, kv_smem, ready, st, key0 + 2 * _TILE, blk2, num_blocks, block_rows, CHUNKS,
