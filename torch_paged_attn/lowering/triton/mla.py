@@ -148,7 +148,11 @@ _GLUON_MIN_KEYS = 512
 # Calls of at most 32 query rows a program (tokens x heads: 16-head models, speculative tokens)
 # that ``mla_sm90_narrow`` takes run it, under the same conditions (sm_90, bf16/fp16, not
 # batch-invariant, tables of at least _GLUON_MIN_KEYS keys): its products transposed, the 64-key
-# tile as wgmma's M, one program an SM. Not yet timed on a GPU.
+# tile as wgmma's M, one program an SM, split like the wide one. H100, 2026-11-26, CUDA-graph
+# replays, us, against this module's kernel in the same run (benchmarks/results/
+# mla_decode-NVIDIA-H100-80GB-HBM3-2026-11-26-b.txt): B128 x 4096 H16 209.3 / 220.1, B32 x 8192
+# H16 112.7 / 115.2, 2 tokens B64 x 4096 H16 120.8 / 130.3 (one program a sequence's 2 tokens;
+# one a token measured 121.6 and 129.0 against 123.3 and 121.8 in two runs, gpu-2026-11-26b/logs).
 SM90_NARROW = True
 # Heads one program holds (the M dimension of the dots is at most 64 rows).
 _MAX_HEADS_PER_PROGRAM = 64

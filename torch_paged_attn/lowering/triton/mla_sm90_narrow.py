@@ -33,6 +33,12 @@ form a pseudo-sequence without keys). Split-KV (``mla_sm90.launch`` with 4-D ``o
 covers keys ``[split * split_tokens, + split_tokens)`` and writes its normalised partial output
 and log2 LSE (0 and -inf for no keys) for ``mla``'s combine kernel.
 
+H100, 2026-11-26 (benchmarks/RESULTS.md, "second run"), CUDA-graph replays: B128 x 4096 H16 209.3
+us (96.9 % of copy; FlashInfer 210.4, the Triton kernel 220.1), B32 x 8192 H16 112.7 (FlashInfer
+111.6), 2 tokens B64 x 4096 H16 120.8 (FlashInfer 116.0). Nsight Compute there: the 32-row
+programs' two warpgroups each read the tile for their own products and meet at every cross-warp
+reduction's barrier, and with two stages about one tile is in flight per SM.
+
 Layouts: q_latent/out ``[T, H, L]``, q_rope ``[T, H, R]`` (last stride 1), kv_cache ``[NB, BS, L +
 R]`` contiguous; partials ``[T, S, H, L]`` and ``[T, S, H]`` float32. Shared memory: ``2 x 64 x (L
 + R) x 2`` (stages) + ``ROWS x (L + R) x 2`` (Q) + ``64 x ROWS x 2`` (P) bytes: 164 KiB at 576
@@ -68,7 +74,10 @@ MAX_ROWS = 32  # query tokens x heads a program (wgmma's N)
 
 def num_warps(rows: int) -> int:
     """One warpgroup for 16 rows; two for 32, each the same keys and half the rows (O^T takes
-    ``4 * rows`` registers a thread in one warpgroup: 128 at 32 rows, which spilled, sm_90 SASS)."""
+    ``4 * rows`` registers a thread in one warpgroup: 128 at 32 rows, which spilled, 255 registers
+    and a 64-byte stack, sm_90 SASS). H100, 2 tokens B64 x 4096 H16, graph replays: 125.5 us with
+    one warpgroup, 123.4 with two (with the coalesced epilogue and PDL, landed in the same step;
+    gpu-2026-11-26b/logs/probe-mla-*.txt)."""
     return 4 if rows <= 16 else 8
 
 
