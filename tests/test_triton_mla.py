@@ -789,9 +789,10 @@ def test_gluon_mla_planning(monkeypatch) -> None:
 def test_sm90_cache_views() -> None:
     """The Gluon kernels' ``[rows, W]`` view of a paged cache (no launch; any machine): a
     contiguous cache is ``NB * BS`` rows, a block every ``BS``; a layer of a cross-layer buffer
-    ``[NB, 3, BS, W]`` a block every ``3 * BS`` rows, up to the last block's last slot; taken by
-    the MLA kernels (``strided``), not by the others, and never a cache whose rows within a block
-    are not contiguous or whose start is not 16-byte aligned."""
+    ``[NB, 3, BS, W]`` a block every ``3 * BS`` rows, up to the last block's last slot; for
+    attention caches K or V unbound from ``[NB, 2, ...]`` and the HND view too; taken by the
+    kernels that address such views (``strided``), and never a cache without one or whose start
+    is not 16-byte aligned."""
     from torch_paged_attn.lowering.triton import _sm90
 
     cache = torch.empty(5, 16, 576, dtype=BF16)
@@ -800,10 +801,22 @@ def test_sm90_cache_views() -> None:
     assert (_sm90.block_rows(layer), _sm90.view_rows(layer)) == (48, 4 * 48 + 16)
     assert _sm90.cache_declines((cache,)) is None and _sm90.cache_declines((cache,), strided=True) is None
     assert _sm90.cache_declines((layer,)) is not None and _sm90.cache_declines((layer,), strided=True) is None
-    slots_apart = torch.empty(5, 16, 2, 576, dtype=BF16)[:, :, 0]  # rows of a block not contiguous
     odd = torch.empty(5 * 16 * 576 + 1, dtype=BF16)[1:].view(5, 16, 576)  # starts 2 bytes in
-    for bad in (slots_apart, odd):
-        assert _sm90.cache_declines((bad,), strided=True) is not None
+    assert _sm90.cache_declines((odd,), strided=True) is not None
+    # attention caches [NB, BS, Hkv, D]: heads side by side in a row, or (HND) a run of rows each
+    nhd = torch.empty(5, 16, 4, 128, dtype=BF16)
+    assert _sm90.row_layout(nhd) == (16, 0, 128) and _sm90.view_rows(nhd) == 80
+    unbound = torch.empty(5, 2, 16, 4, 128, dtype=BF16)[:, 1]  # K or V of a [NB, 2, ...] buffer
+    assert _sm90.row_layout(unbound) == (32, 0, 128) and _sm90.view_rows(unbound) == 4 * 32 + 16
+    hnd = torch.empty(5, 4, 16, 128, dtype=BF16).permute(0, 2, 1, 3)
+    assert _sm90.row_layout(hnd) == (64, 16, 0) and _sm90.view_rows(hnd) == 4 * 64 + 3 * 16 + 16
+    for c in (nhd, unbound, hnd):
+        assert _sm90.cache_declines((c,), strided=True) is None
+    assert _sm90.cache_declines((unbound,)) is not None and _sm90.cache_declines((hnd,)) is not None
+    # no [rows, W] view: a last dimension with a stride, blocks not a whole number of rows apart
+    assert _sm90.row_layout(torch.empty(5, 16, 4, 256, dtype=BF16)[..., ::2]) is None
+    odd_blocks = torch.empty(5 * (16 * 576 + 64), dtype=BF16).as_strided((5, 16, 576), (16 * 576 + 64, 576, 1))
+    assert _sm90.row_layout(odd_blocks) is None
 
 
 def test_gluon_mla_narrow_planning(monkeypatch) -> None:

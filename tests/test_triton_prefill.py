@@ -23,7 +23,7 @@ pytest.importorskip("triton")
 
 import _loop as loop  # noqa: E402
 from test_triton_paged_attention import (  # noqa: E402
-    BF16, FP16, FP32, Case, _fuzz_case, _fuzz_family, check_against_reference, check_bad_block_ids,
+    BF16, FP16, FP32, Case, _fuzz_case, _fuzz_family, _strided_cache, check_against_reference, check_bad_block_ids,
     check_graph_replay, make_inputs, run_triton,
 )
 
@@ -360,6 +360,31 @@ def test_gluon_prefill_kernel_bad_block_ids_cuda(gluon_prefill) -> None:
 
     case = Case((90, 3, 120), (100, 50, 640), num_heads=8, num_kv_heads=2, head_size=128, block_size=16)
     check_bad_block_ids("cuda", case, (None,), ran)
+
+
+@gpu_tier
+@pytest.mark.parametrize("layout", ["cross_layer", "hnd", "mixed"])
+def test_gluon_prefill_kernel_strided_caches_bitwise_cuda(layout: str, gluon_prefill) -> None:
+    """DESIGN.md section 2: a layer of a cross-layer cache, an HND view, and K contiguous with V
+    an HND view give the contiguous caches' bits; the Gluon kernel runs all of them (each cache's
+    ``[rows, W]`` view, ``_sm90.row_layout``), slots outside the views NaN, 2 and 8 query heads a
+    kv head, block sizes 16 and 64."""
+    for case in (Case((130, 37, 64), (300, 37, 700), num_heads=8, num_kv_heads=2, head_size=128, block_size=16),
+                 Case((200, 9), (260, 9), num_heads=16, num_kv_heads=2, head_size=64, block_size=64)):
+        batch, options = make_inputs(case, "cuda", zlib.crc32(case.id.encode()))
+        gluon_prefill.clear()
+        want = run_triton(batch, options)
+        assert gluon_prefill, "the Gluon prefill kernel did not run"
+        check_against_reference(batch, options, *want, case.dtype)
+        k, v = batch.key_cache, batch.value_cache
+        if layout == "mixed":
+            batch.value_cache = _strided_cache(v, "hnd")
+        else:
+            batch.key_cache, batch.value_cache = _strided_cache(k, layout), _strided_cache(v, layout)
+        gluon_prefill.clear()
+        got = run_triton(batch, options)
+        assert gluon_prefill, f"the Gluon prefill kernel did not take the {layout} caches"
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), (layout, case.id)
 
 
 @gpu_tier

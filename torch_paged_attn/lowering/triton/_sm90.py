@@ -11,7 +11,6 @@ for block ids outside ``[0, NB)``.
 from __future__ import annotations
 
 import functools
-import math
 import re
 from collections.abc import Callable, Iterable
 
@@ -54,36 +53,64 @@ def unavailable(t: Tensor) -> str | None:
     return None
 
 
+def row_layout(cache: Tensor) -> tuple[int, int, int] | None:
+    """How a paged cache ``[NB, BS, W...]`` (MLA) or ``[NB, BS, Hkv, D]`` lies in its ``[rows, W]``
+    view (``descriptor_spec``: one row a slot, ``W`` = the slot stride, from the cache's first
+    element): ``(block_rows, head_rows, head_cols)``, slot ``s`` of head ``h`` in block ``b`` being
+    row ``b * block_rows + h * head_rows + s``, its elements from column ``h * head_cols``. A
+    contiguous cache is ``(BS, 0, D)`` (``(BS, 0, 0)`` for MLA); a layer of a cross-layer buffer
+    ``[NB, layers, BS, ...]`` has ``block_rows = layers * BS``; an HND view ``[NB, Hkv, BS,
+    D].permute(0, 2, 1, 3)`` is ``(Hkv * BS, BS, 0)``, ``W = D``. None: no such view (a last
+    dimension that is not contiguous, blocks not a whole number of rows apart, heads neither
+    side by side in a row nor a whole number of rows apart)."""
+    if cache.stride(-1) != 1 or cache.dim() not in (3, 4):
+        return None
+    width, s0 = cache.stride(1), cache.stride(0)
+    if width < 1 or s0 % width:
+        return None
+    if cache.dim() == 3:
+        return (s0 // width, 0, 0) if cache.shape[2] <= width else None
+    heads, size, s2 = cache.shape[2], cache.shape[3], cache.stride(2)
+    if heads == 1:
+        return (s0 // width, 0, 0) if size <= width else None
+    if s2 % width == 0 and s2 // width >= cache.shape[1]:  # each head's slots a run of rows
+        return s0 // width, s2 // width, 0
+    if size <= s2 and (heads - 1) * s2 + size <= width:  # the heads side by side in a row
+        return s0 // width, 0, s2
+    return None
+
+
 def block_rows(cache: Tensor) -> int:
-    """Rows of the ``[rows, W]`` view (``descriptor_spec``) from one block of ``cache`` to the next:
-    ``BS`` for a contiguous cache, more for a layer of a cross-layer buffer."""
-    return cache.stride(0) // math.prod(cache.shape[2:])
+    """Rows of the ``[rows, W]`` view from one block of ``cache`` to the next (``row_layout``)."""
+    return row_layout(cache)[0]
 
 
 def view_rows(cache: Tensor) -> int:
-    """Rows of ``cache``'s ``[rows, W]`` view: up to the last block's last slot. The kernels send
-    a block id outside ``[0, NB)`` to this row, past the view, where TMA reads zeros."""
-    return (cache.shape[0] - 1) * block_rows(cache) + cache.shape[1]
+    """Rows of ``cache``'s ``[rows, W]`` view: up to the last block's last head's last slot. The
+    kernels send a block id outside ``[0, NB)`` to this row, past the view, where TMA reads zeros."""
+    rows, head_rows, _ = row_layout(cache)
+    heads = cache.shape[2] if cache.dim() == 4 else 1
+    return (cache.shape[0] - 1) * rows + (heads - 1) * head_rows + cache.shape[1]
 
 
 def cache_declines(caches: Iterable[Tensor], strided: bool = False) -> str | None:
     """Why TMA cannot read these paged caches ``[NB, BS, ...]`` (None: it can): a block size that
     is a power of two >= 8, contiguous storage starting 16-byte aligned (the caching allocator's
     storages start 512-byte aligned), and fewer than 2^31 rows (TMA coordinates are int32; the
-    kernels address one row past the last). ``strided`` (a kernel that addresses row ``block *
-    block_rows + slot``): also a cache whose blocks are contiguous ``[BS, W]`` rows spaced by a
-    multiple of ``W`` (a layer of a cross-layer buffer ``[NB, layers, BS, W]``)."""
+    kernels address one row past the last). ``strided`` (a kernel that addresses rows and columns
+    as ``row_layout`` says): any cache with such a view whose row stride is a multiple of 16 bytes
+    (a layer of a cross-layer buffer, K and V unbound from ``[NB, 2, ...]``, the HND view)."""
     for cache in caches:
         num_blocks, block_size = cache.shape[:2]
         if block_size < 8 or block_size & (block_size - 1):
             return "block size: a power of two >= 8 only"
-        width = math.prod(cache.shape[2:])
-        rows_ok = cache.is_contiguous() or (
-            strided and cache.dim() == 3 and cache.stride(2) == 1 and cache.stride(1) == width
-            and cache.stride(0) % width == 0 and cache.stride(0) >= block_size * width)
-        if not rows_ok or cache.storage_offset() * cache.element_size() % 16:
-            return ("caches: contiguous rows of each block, blocks a multiple of a row apart, 16-byte aligned"
-                    if strided else "caches: contiguous, 16-byte aligned storage only")
+        if strided:
+            if row_layout(cache) is None or cache.stride(1) * cache.element_size() % 16:
+                return "caches: a slot's elements in one row of the cache, rows 16-byte aligned"
+        elif not cache.is_contiguous():
+            return "caches: contiguous, 16-byte aligned storage only"
+        if cache.storage_offset() * cache.element_size() % 16:
+            return "caches: storage 16-byte aligned"
         if view_rows(cache) >= 2**31 - 64:
             return "cache rows: under 2^31 (TMA coordinates are int32)"
     return None
@@ -104,7 +131,7 @@ def descriptor_spec(cache: Tensor, box: int):
     (``_launch``, "Pre-encoded descriptors")."""
     from ._launch import descriptor
 
-    width = math.prod(cache.shape[2:])
+    width = cache.stride(1)
     return descriptor((view_rows(cache), width), (width, 1), (box, 64), _smem_layout(box, cache.dtype))
 
 

@@ -4,12 +4,16 @@ asynchronous wgmma, the softmax of one key tile beside the P @ V of the one befo
 Computes what ``prefill._prefill_kernel`` computes (causal or full attention of many query tokens
 over a block-table K/V cache, FlashAttention-2's online softmax in base 2) for the calls it takes
 (``declines`` says which): bf16/fp16 queries and caches of the same dtype, head sizes 64 or 128 (K and V the
-same), block sizes that are powers of two >= 8, caches whose ``[NB, BS, Hkv, D]`` storage is
-contiguous, no window, chunk, softcap, ALiBi, sinks or fp8. What it changes is how a tile is fed
+same), block sizes that are powers of two >= 8, caches ``[NB, BS, Hkv, D]`` that have a ``[rows, W]``
+view (``_sm90.row_layout``: contiguous, a layer of a cross-layer buffer, K or V unbound from
+``[NB, 2, ...]``, the HND view; each as it comes, so a strided cache gives the contiguous one's
+bits, DESIGN.md section 2), no window, chunk, softcap, ALiBi, sinks or fp8. What it changes is how a tile is fed
 and scheduled, which Triton's automatic pipeliner does not let the other kernel choose:
 
-- **Loads.** K and V pages come in through tensor-memory-access copies (TMA): the cache seen as a
-  2-D ``[NB * BS, Hkv * D]`` tensor, one box of ``min(BS, 64)`` rows x 64 columns a copy, issued by
+- **Loads.** K and V pages come in through tensor-memory-access copies (TMA): each cache seen as
+  a 2-D ``[rows, W]`` tensor (``[NB * BS, Hkv * D]`` when contiguous; a kv head's slot ``s`` of
+  block ``b`` at row ``b * block_rows + head * head_rows + s``, column ``head * head_cols``), one
+  box of ``min(BS, 64)`` rows x 64 columns a copy, issued by
   one thread into a 64-key x 64-column stage of shared memory (128-byte swizzle, the wgmma operand
   layout; head size 128 is two such column halves). No thread computes a gathered row address;
   a block id outside ``[0, NB)`` (and a page past the sequence) points the copy past the tensor's
@@ -98,7 +102,7 @@ def declines(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_m: int
     head_size, head_size_v = query.shape[2], value_cache.shape[3]
     if head_size != head_size_v or head_size not in (64, 128):
         return "head sizes 64 and 128 (K and V alike) only"
-    reason = _sm90.cache_declines((key_cache, value_cache))
+    reason = _sm90.cache_declines((key_cache, value_cache), strided=True)
     if reason:
         return reason
     if query.stride(2) != 1:
@@ -118,27 +122,32 @@ if gluon is not None:
     REGS_PRODUCER = gl.constexpr(REGS_PRODUCER)
 
     @gluon.jit
-    def _load_tile(desc, ready, empty, smem, stage, phase, start, col, seq_row_ptr, stride_bt_block, num_pages,
-                   num_blocks, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr, DH: gl.constexpr):
+    def _load_tile(desc, ready, empty, smem, stage, phase, start, col, row0, seq_row_ptr, stride_bt_block, num_pages,
+                   num_blocks, block_rows, end_row, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr, DH: gl.constexpr):
         """Once ``empty`` (the stage's release by both consumers) reaches ``phase``: TMA copies of the
         keys ``[start, start + TILE_N)`` of one cache (K or V) into ``stage``, one box of ``BOX``
-        rows a page and 64-column half, signalled on ``ready`` (expected bytes)."""
+        rows a page and 64-column half, signalled on ``ready`` (expected bytes); the kv head's
+        slots start at row ``row0`` of each block and column ``col`` (``_sm90.row_layout``)."""
         PAGES: gl.constexpr = _TILE // BOX
         mbarrier.wait(empty.index(stage), phase)
         mbarrier.expect(ready.index(stage), BOX * 64 * 2 * PAGES * DH)
         for i in gl.static_range(PAGES):
-            row = _page_row(start + i * BOX, seq_row_ptr, stride_bt_block, num_pages, num_blocks, BLOCK_SIZE)
+            row = _page_row(start + i * BOX, seq_row_ptr, stride_bt_block, num_pages, num_blocks, block_rows, row0,
+                            end_row, BLOCK_SIZE)
             for h in gl.static_range(DH):
                 tma_load(desc, [row, col + h * 64], ready.index(stage), smem.index(stage * DH + h).slice(i * BOX, BOX))
 
     @gluon.jit
-    def _page_row(key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks, BLOCK_SIZE: gl.constexpr):
-        """The cache row (of ``[NB * BS, ...]``) holding key ``key0``; past the last row (TMA reads
-        zeros there) for a page past ``num_pages`` or an id outside ``[0, num_blocks)``."""
+    def _page_row(key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks, block_rows, row0, end_row,
+                  BLOCK_SIZE: gl.constexpr):
+        """The row of the cache's ``[rows, W]`` view (``_sm90.descriptor_spec``) holding key
+        ``key0`` of the kv head whose slots start at row ``row0`` of a block; ``end_row``, past the
+        view (TMA reads zeros there), for a page past ``num_pages`` or an id outside ``[0,
+        num_blocks)``."""
         page = key0 // BLOCK_SIZE
         blk = gl.load(seq_row_ptr + page * stride_bt_block, mask=page < num_pages, other=-1)
         ok = (blk >= 0) & (blk < num_blocks)
-        return gl.where(ok, blk * BLOCK_SIZE + key0 % BLOCK_SIZE, num_blocks * BLOCK_SIZE)
+        return gl.where(ok, blk * block_rows + row0 + key0 % BLOCK_SIZE, end_row)
 
     @gluon.jit
     def _work(r, num_work, query_start_loc_ptr, seq_lens_ptr, block_table_ptr, stride_qsl, stride_sl, stride_bt_seq,
@@ -195,6 +204,7 @@ if gluon is not None:
     def _producer(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
                   query_start_loc_ptr, seq_lens_ptr, block_table_ptr, stride_qsl, stride_sl, stride_bt_seq,
                   stride_bt_block, num_seqs, num_tokens, num_blocks, max_blocks, num_q_blocks, kv_groups, num_work,
+                  k_block_rows, k_head_rows, k_head_cols, k_end_row, v_block_rows, v_head_rows, v_head_cols, v_end_row,
                   NUM_HEAD_GROUPS: gl.constexpr, BLOCK_Q: gl.constexpr, HEAD_SIZE: gl.constexpr,
                   BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
         """One warp: the K and V pages of every tile of every work item of this program, ``STAGES``
@@ -208,15 +218,16 @@ if gluon is not None:
              num_pages, seq_row_ptr) = _work(r, num_work, query_start_loc_ptr, seq_lens_ptr, block_table_ptr,
                                              stride_qsl, stride_sl, stride_bt_seq, num_seqs, num_tokens, max_blocks,
                                              num_q_blocks, kv_groups, NUM_HEAD_GROUPS, BLOCK_Q, BLOCK_SIZE, CAUSAL)
-            col = kv_head * HEAD_SIZE
+            k_col, k_row0 = kv_head * k_head_cols, kv_head * k_head_rows
+            v_col, v_row0 = kv_head * v_head_cols, kv_head * v_head_rows
             for j in range(n_tiles):
                 g = it + j
                 stage = g % STAGES
                 phase = ((g // STAGES) & 1) ^ 1  # a fresh barrier's "previous" phase is complete
-                _load_tile(k_desc, k_ready, k_empty, k_smem, stage, phase, j * _TILE, col, seq_row_ptr,
-                           stride_bt_block, num_pages, num_blocks, BLOCK_SIZE, BOX, DH)
-                _load_tile(v_desc, v_ready, v_empty, v_smem, stage, phase, j * _TILE, col, seq_row_ptr,
-                           stride_bt_block, num_pages, num_blocks, BLOCK_SIZE, BOX, DH)
+                _load_tile(k_desc, k_ready, k_empty, k_smem, stage, phase, j * _TILE, k_col, k_row0, seq_row_ptr,
+                           stride_bt_block, num_pages, num_blocks, k_block_rows, k_end_row, BLOCK_SIZE, BOX, DH)
+                _load_tile(v_desc, v_ready, v_empty, v_smem, stage, phase, j * _TILE, v_col, v_row0, seq_row_ptr,
+                           stride_bt_block, num_pages, num_blocks, v_block_rows, v_end_row, BLOCK_SIZE, BOX, DH)
             it += n_tiles
 
     @gluon.jit
@@ -419,6 +430,8 @@ if gluon is not None:
         out_ptr, lse_ptr,  # [T, Hq, D]; [T, Hq] float32 (HAS_LSE)
         scale,  # float > 0
         num_tokens, num_seqs, num_blocks, max_blocks, num_q_blocks, kv_groups, num_work,
+        # each cache's [rows, W] view (_sm90.row_layout): rows a block, rows and columns a kv head, past-the-end row
+        k_block_rows, k_head_rows, k_head_cols, k_end_row, v_block_rows, v_head_rows, v_head_cols, v_end_row,
         stride_q_tok, stride_q_head, stride_bt_seq, stride_bt_block, stride_sl, stride_qsl,
         stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head,
         GROUP: gl.constexpr, HEADS: gl.constexpr, NUM_HEAD_GROUPS: gl.constexpr, BLOCK_Q: gl.constexpr,
@@ -465,7 +478,8 @@ if gluon is not None:
             (_producer, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, query_start_loc_ptr,
                          seq_lens_ptr, block_table_ptr, stride_qsl, stride_sl, stride_bt_seq, stride_bt_block,
                          num_seqs, num_tokens, num_blocks, max_blocks, num_q_blocks, kv_groups, num_work,
-                         NUM_HEAD_GROUPS, BLOCK_Q, HEAD_SIZE, BLOCK_SIZE, BOX, STAGES, CAUSAL)),
+                         k_block_rows, k_head_rows, k_head_cols, k_end_row, v_block_rows, v_head_rows, v_head_cols,
+                         v_end_row, NUM_HEAD_GROUPS, BLOCK_Q, HEAD_SIZE, BLOCK_SIZE, BOX, STAGES, CAUSAL)),
         ], [4, 1], [CONSUMER_REGS, REGS_PRODUCER])
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(k_ready.index(i))
@@ -511,12 +525,16 @@ def _launcher(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_table
     kv_groups = num_kv_heads * num_head_groups
     num_work = kv_groups * num_q_blocks
     grid = (min(num_work, pa._num_sms(query.device)),)
+    k_rows, v_rows = _sm90.row_layout(key_cache), _sm90.row_layout(value_cache)
     return launcher(
         _prefill_sm90_kernel, grid,
         k_desc=_sm90.descriptor_spec(key_cache, box), v_desc=_sm90.descriptor_spec(value_cache, box),
         **({} if lse is not None else {"lse_ptr": same_as("out_ptr")}),
         scale=float(scale), num_tokens=num_tokens, num_seqs=num_seqs, num_blocks=num_blocks, max_blocks=max_blocks,
-        num_q_blocks=num_q_blocks, kv_groups=kv_groups, num_work=num_work, stride_q_tok=query.stride(0),
+        num_q_blocks=num_q_blocks, kv_groups=kv_groups, num_work=num_work,
+        k_block_rows=k_rows[0], k_head_rows=k_rows[1], k_head_cols=k_rows[2], k_end_row=_sm90.view_rows(key_cache),
+        v_block_rows=v_rows[0], v_head_rows=v_rows[1], v_head_cols=v_rows[2], v_end_row=_sm90.view_rows(value_cache),
+        stride_q_tok=query.stride(0),
         stride_q_head=query.stride(1), stride_bt_seq=block_table.stride(0), stride_bt_block=block_table.stride(1),
         stride_sl=seq_lens.stride(0), stride_qsl=query_start_loc.stride(0), stride_o_tok=out.stride(0),
         stride_o_head=out.stride(1), stride_lse_tok=lse_strides[0], stride_lse_head=lse_strides[1],
