@@ -65,7 +65,7 @@ import tune  # noqa: E402
 from torch_paged_attn import lowering  # noqa: E402
 from torch_paged_attn.lowering.triton import _sm90  # noqa: E402
 from torch_paged_attn.lowering.triton import mla as mla_kernel  # noqa: E402
-from torch_paged_attn.lowering.triton import mla_sm90, mla_sm90_narrow, prefill_sm90  # noqa: E402
+from torch_paged_attn.lowering.triton import mla_sm90, prefill_sm90  # noqa: E402
 from torch_paged_attn.lowering.triton import paged_attention as attn_kernel  # noqa: E402
 from torch_paged_attn.lowering.triton import prefill as prefill_kernel  # noqa: E402
 from torch_paged_attn.lowering.triton._launch import _described, split_constants  # noqa: E402
@@ -82,7 +82,7 @@ def captured_launches(sms: int, arch: int = 90) -> Iterator[list]:
     # the Gluon kernels' plans launch through ``launcher`` too, their TMA descriptors as
     # ``_launch.descriptor`` constants whose bases the calls pass (made into the
     # ``TensorDescriptor`` that Triton specialises on here)
-    modules = (attn_kernel, mla_kernel, prefill_sm90, mla_sm90, mla_sm90_narrow)
+    modules = (attn_kernel, mla_kernel, prefill_sm90, mla_sm90)
     saved = ([m.launcher for m in modules], attn_kernel._num_sms, prefill_kernel._capability, _sm90.unavailable)
     prefill_kernel._capability = lambda device: divmod(arch, 10)
 

@@ -32,7 +32,7 @@ def main():
         nbytes, _ = md.cache_bytes(s)
         per = nbytes + 2 * s.batch * s.q_len * s.num_heads * (2 * s.latent + s.rope)
         copies = [md.make_inputs(s, device, i) for i in range(H.rotations(per, device))]
-        block_q = tmla._narrow_block_q
+        block_q = tmla._query_block
         variants = [(True, None, False), (False, None, False)]
         if os.environ.get("PROBE_SPLITS"):
             variants += [(True, None, True), (True, 4096, False), (True, 2048, False), (True, 1024, False)]
@@ -41,7 +41,7 @@ def main():
                 continue
             tmla.SM90_NARROW = narrow
             # one: a program a token (16 rows), the two tokens of a sequence in adjacent programs
-            tmla._narrow_block_q = (lambda *a: 1) if one else block_q
+            tmla._query_block = (lambda *a: 1) if one else block_q
             lowering._CHOICES.clear()
 
             def make(x):
@@ -56,7 +56,7 @@ def main():
             print(f"{s.name:24s} narrow={narrow!s:5s} split={split!s:5s} token_programs={one!s:5s} {t.p50_us:8.1f} us"
                   f"  {pct:5.1f} % copy", flush=True)
         tmla.SM90_NARROW = True
-        tmla._narrow_block_q = block_q
+        tmla._query_block = block_q
 
 
 if __name__ == "__main__":

@@ -480,7 +480,7 @@ def prepare_mla_decode(
     if SM90_GLUON and not invariant and max_blocks * block_size >= _GLUON_MIN_KEYS:
         from . import mla_sm90, mla_sm90_narrow
 
-        narrow_q = _narrow_block_q(num_heads, num_tokens, num_seqs, max_query_len)
+        narrow_q = _query_block(heads, num_tokens, num_seqs, max_query_len, mla_sm90_narrow.MAX_ROWS)
         if mla_sm90.declines(q_latent, q_rope, kv_cache) is None:
             # one program a token and 64-head group; splits at multiples of its pair of tiles
             gluon = (0, num_tokens * num_head_groups, mla_sm90.SPLIT_KEYS)
@@ -510,15 +510,9 @@ def prepare_mla_decode(
                 )
     if invariant and split_tokens is None:
         split_tokens = _INVARIANT_SPLIT_TOKENS
-    # Query tokens a program holds: 1 for decode (and always in batch-invariant mode), else the
-    # hint or, without one, the mean tokens per sequence (a shape: exact for uniform speculative
-    # batches), as far as they fit next to the heads in _MAX_BLOCK_M rows.
-    per_seq = max_query_len if max_query_len > 0 else cdiv(num_tokens, max(num_seqs, 1))
-    if invariant or per_seq <= 1:
-        block_q = 1
-    else:
-        fit = max(1, _MAX_BLOCK_M // next_power_of_2(heads))
-        block_q = min(fit, next_power_of_2(per_seq))
+    # Query tokens a program holds (always 1 in batch-invariant mode), next to the heads in
+    # _MAX_BLOCK_M rows
+    block_q = 1 if invariant else _query_block(heads, num_tokens, num_seqs, max_query_len, _MAX_BLOCK_M)
     block_m = max(16, next_power_of_2(heads * block_q))
     block_q = block_m // heads if block_q > 1 else 1
     is_fp8 = kv_cache.dtype in _FP8
@@ -598,13 +592,14 @@ def prepare_mla_decode(
     return run
 
 
-def _narrow_block_q(num_heads: int, num_tokens: int, num_seqs: int, max_query_len: int) -> int:
-    """Query tokens a program of ``mla_sm90_narrow`` holds: 1 for decode, else the hint or the mean
-    tokens per sequence (as the Triton kernel's query block), as far as they fit its 32 rows."""
+def _query_block(heads: int, num_tokens: int, num_seqs: int, max_query_len: int, max_rows: int) -> int:
+    """Query tokens a program holds: 1 for decode, else the hint or, without one, the mean tokens
+    per sequence (a shape: exact for uniform speculative batches), rounded up to a power of two,
+    as far as they fit next to ``heads`` heads in ``max_rows`` rows (at least 1)."""
     per_seq = max_query_len if max_query_len > 0 else cdiv(num_tokens, max(num_seqs, 1))
     if per_seq <= 1:
         return 1
-    return max(1, min(next_power_of_2(per_seq), 32 // next_power_of_2(num_heads)))
+    return max(1, min(next_power_of_2(per_seq), max_rows // next_power_of_2(heads)))
 
 
 def _combine(workspace: _Workspace, split_tokens: int, num_splits: int, num_tokens: int, num_seqs: int,

@@ -132,6 +132,19 @@ if gluon is not None:
     _P_OPERAND = gl.constexpr(gl.DotOperandLayout(operand_index=0, parent=_ACC, k_width=2))
 
     @gluon.jit
+    def _token_sequence(tok, query_start_loc_ptr, stride_qsl, num_seqs):
+        """The sequence of token ``tok``: the last ``b`` with ``query_start_loc[b] <= tok`` (the
+        last sequence for a padding token past ``query_start_loc[-1]``)."""
+        lo = tok * 0
+        hi = num_seqs - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            below = gl.load(query_start_loc_ptr + mid * stride_qsl) <= tok
+            lo = gl.where(below, mid, lo)
+            hi = gl.where(below, hi, mid - 1)
+        return lo
+
+    @gluon.jit
     def _block_row(blk, key0, num_blocks, block_rows, BLOCK_SIZE: gl.constexpr):
         """The row of the cache's ``[rows, W]`` view (``_sm90.descriptor_spec``) holding key ``key0``
         of block ``blk``; past the view's last row (TMA reads zeros there) for an id outside ``[0,
@@ -440,15 +453,7 @@ if gluon is not None:
         split = gl.program_id(2)  # keys [split * split_tokens, + split_tokens), a multiple of the tile
         out_ptr += split.to(gl.int64) * stride_o_split
         lse_ptr += split.to(gl.int64) * stride_lse_split
-        # -- the token's sequence: the last b with query_start_loc[b] <= tok --
-        lo_s = tok * 0
-        hi_s = num_seqs - 1
-        while lo_s < hi_s:
-            mid = (lo_s + hi_s + 1) // 2
-            below = gl.load(query_start_loc_ptr + mid * stride_qsl) <= tok
-            lo_s = gl.where(below, mid, lo_s)
-            hi_s = gl.where(below, hi_s, mid - 1)
-        seq = lo_s
+        seq = _token_sequence(tok, query_start_loc_ptr, stride_qsl, num_seqs)
         has_seq = seq < num_seqs
         q_end = gl.load(query_start_loc_ptr + (seq + 1) * stride_qsl, mask=has_seq, other=0)
         tok_ok = tok < q_end  # padding tokens past query_start_loc[-1]: no keys (0 and -inf)
@@ -546,26 +551,29 @@ def _launcher(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: T
               query_start_loc: Tensor, so: tuple, sl: tuple, num_splits: int, lse_unit: float, has_lse: bool,
               scale: float, causal: bool, split_tokens: int, block_q: int = 0, pdl: bool = False):
     """The kernel's ``_launch.launcher`` for calls of these shapes and strides (``block_q`` >= 1:
-    the narrow kernel's, ``mla_sm90_narrow.launcher_for``, signalling the combine kernel when
-    ``pdl``), writing into an
+    the narrow kernel's, with its ``mla_sm90_narrow.constants``, signalling the combine kernel
+    when ``pdl``), writing into an
     ``out`` / ``lse`` of strides ``so`` / ``sl`` (token, split, head) as ``_out_strides`` gives
     them, with its ``num_splits`` and ``lse_unit``: every
     argument but the tensors fixed, the cache's TMA descriptor encoded once per cache address
     (``_sm90.descriptor_spec``). ``go(q_latent, q_latent_ptr=, q_rope_ptr=, kv_desc=kv_cache,
     block_table_ptr=, seq_lens_ptr=, query_start_loc_ptr=, out_ptr=, lse_ptr=)`` (``lse_ptr=out``
     without an LSE)."""
-    if block_q:
-        from . import mla_sm90_narrow
-
-        return mla_sm90_narrow.launcher_for(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, so,
-                                            sl, num_splits, lse_unit, has_lse, scale, causal, split_tokens, block_q,
-                                            pdl)
     num_tokens, num_heads, latent = q_latent.shape
     num_blocks, block_size, _ = kv_cache.shape
     num_seqs, max_blocks = block_table.shape
     box = min(block_size, TILE_N)
+    if block_q:
+        from . import mla_sm90_narrow as narrow
+
+        kernel = narrow._mla_narrow_kernel
+        grid = (narrow.grid_blocks(num_tokens, num_seqs, block_q), 1, num_splits)
+        own = narrow.constants(num_heads, block_q, pdl)
+    else:
+        kernel, grid = _mla_sm90_kernel, (num_tokens, num_heads // HEADS, num_splits)
+        own = dict(CONSUMER_REGS=REGS_CONSUMER, num_warps=NUM_WARPS)
     return launcher(
-        _mla_sm90_kernel, (num_tokens, num_heads // HEADS, num_splits),
+        kernel, grid,
         kv_desc=_sm90.descriptor_spec(kv_cache, box), **({} if has_lse else {"lse_ptr": same_as("out_ptr")}),
         scale=float(scale), num_tokens=num_tokens, num_seqs=num_seqs,
         num_blocks=num_blocks, max_blocks=max_blocks, split_tokens=split_tokens, block_rows=_sm90.block_rows(kv_cache),
@@ -574,8 +582,7 @@ def _launcher(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: T
         stride_sl=seq_lens.stride(0), stride_qsl=query_start_loc.stride(0), stride_o_tok=so[0],
         stride_o_split=so[1], stride_o_head=so[2], stride_lse_tok=sl[0], stride_lse_split=sl[1],
         stride_lse_head=sl[2], LATENT=latent, BLOCK_SIZE=block_size, BOX=box,
-        CAUSAL=bool(causal), HAS_LSE=has_lse, LSE_UNIT=lse_unit,
-        CONSUMER_REGS=REGS_CONSUMER, num_warps=NUM_WARPS,
+        CAUSAL=bool(causal), HAS_LSE=has_lse, LSE_UNIT=lse_unit, **own,
     )
 
 

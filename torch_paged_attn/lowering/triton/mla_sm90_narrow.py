@@ -53,7 +53,7 @@ import torch
 from torch import Tensor
 
 from . import _sm90
-from ._launch import launcher, same_as
+from ._launch import next_power_of_2
 
 try:  # Gluon ships with Triton >= 3.5
     from triton.experimental import gluon
@@ -63,7 +63,7 @@ try:  # Gluon ships with Triton >= 3.5
     )
 
     from ._sm90 import thread_barrier, tma_load
-    from .mla_sm90 import _block_row, _finite, _page_row
+    from .mla_sm90 import _block_row, _finite, _page_row, _token_sequence
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gluon = None
 
@@ -83,10 +83,7 @@ def num_warps(rows: int) -> int:
 
 def rows(num_heads: int, block_q: int) -> int:
     """The N of a program's products: ``block_q`` tokens x ``num_heads`` heads, a power of two >= 16."""
-    n = 16
-    while n < num_heads * block_q:
-        n *= 2
-    return n
+    return max(16, next_power_of_2(num_heads * block_q))
 
 
 def declines(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_q: int) -> str | None:
@@ -201,15 +198,8 @@ if gluon is not None:
         lse_ptr += split.to(gl.int64) * stride_lse_split
 
         # -- the program's sequence and its first token (q_block_start, within the sequence) --
-        if BLOCK_Q == 1:  # token pid_q: the last b with query_start_loc[b] <= pid_q
-            lo_s = pid_q * 0
-            hi_s = num_seqs - 1
-            while lo_s < hi_s:
-                mid = (lo_s + hi_s + 1) // 2
-                below = gl.load(query_start_loc_ptr + mid * stride_qsl) <= pid_q
-                lo_s = gl.where(below, mid, lo_s)
-                hi_s = gl.where(below, hi_s, mid - 1)
-            seq = lo_s
+        if BLOCK_Q == 1:  # token pid_q
+            seq = _token_sequence(pid_q, query_start_loc_ptr, stride_qsl, num_seqs)
             q_start = gl.load(query_start_loc_ptr + seq * stride_qsl)
             q_end = gl.load(query_start_loc_ptr + (seq + 1) * stride_qsl)
             # padding tokens past query_start_loc[-1]: no keys (0 and -inf)
@@ -388,27 +378,11 @@ def grid_blocks(num_tokens: int, num_seqs: int, block_q: int) -> int:
     return num_tokens if block_q == 1 else num_tokens // block_q + num_seqs + 1
 
 
-def launcher_for(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: Tensor, seq_lens: Tensor,
-                 query_start_loc: Tensor, so: tuple, sl: tuple, num_splits: int, lse_unit: float, has_lse: bool,
-                 scale: float, causal: bool, split_tokens: int, block_q: int, pdl: bool = False):
-    """This kernel's ``_launch.launcher`` for calls of these shapes and strides, as
-    ``mla_sm90._launcher`` (the same arguments and call), with ``block_q`` query tokens a program;
-    ``pdl``: it signals after its key loop that the combine kernel launched after it with
-    programmatic dependent launch may start (``paged_attention._PDL``)."""
-    num_tokens, num_heads, latent = q_latent.shape
-    num_blocks, block_size, _ = kv_cache.shape
-    num_seqs, max_blocks = block_table.shape
-    box = min(block_size, TILE_N)
-    return launcher(
-        _mla_narrow_kernel, (grid_blocks(num_tokens, num_seqs, block_q), 1, num_splits),
-        kv_desc=_sm90.descriptor_spec(kv_cache, box), **({} if has_lse else {"lse_ptr": same_as("out_ptr")}),
-        scale=float(scale), num_tokens=num_tokens, num_seqs=num_seqs,
-        num_blocks=num_blocks, max_blocks=max_blocks, split_tokens=split_tokens, block_rows=_sm90.block_rows(kv_cache),
-        stride_ql_tok=q_latent.stride(0), stride_ql_head=q_latent.stride(1), stride_qr_tok=q_rope.stride(0),
-        stride_qr_head=q_rope.stride(1), stride_bt_seq=block_table.stride(0), stride_bt_block=block_table.stride(1),
-        stride_sl=seq_lens.stride(0), stride_qsl=query_start_loc.stride(0), stride_o_tok=so[0],
-        stride_o_split=so[1], stride_o_head=so[2], stride_lse_tok=sl[0], stride_lse_split=sl[1],
-        stride_lse_head=sl[2], HEADS=num_heads, BLOCK_Q=block_q, ROWS=rows(num_heads, block_q),
-        LATENT=latent, BLOCK_SIZE=block_size, BOX=box, CAUSAL=bool(causal), HAS_LSE=has_lse, LSE_UNIT=lse_unit,
-        USE_PDL=bool(pdl), WARPS=num_warps(rows(num_heads, block_q)), num_warps=num_warps(rows(num_heads, block_q)),
-    )
+def constants(num_heads: int, block_q: int, pdl: bool) -> dict:
+    """This kernel's own launch constants (``mla_sm90._launcher`` gives the rest, as to the wide
+    kernel) for ``block_q`` query tokens a program; ``pdl``: it signals after its key loop that the
+    combine kernel launched after it with programmatic dependent launch may start
+    (``paged_attention._PDL``)."""
+    n = rows(num_heads, block_q)
+    return dict(HEADS=num_heads, BLOCK_Q=block_q, ROWS=n, USE_PDL=bool(pdl), WARPS=num_warps(n),
+                num_warps=num_warps(n))
