@@ -959,30 +959,7 @@ def test_gluon_mla_narrow_fuzz_cuda(family: int, gluon_mla, monkeypatch) -> None
     not; with or without the hint), lengths 0, 1, BS +- 1 and up to 3000 keys, padding tokens,
     with or without the LSE; half the families planned on one SM (unsplit), half for this GPU or
     with forced splits of 64-256 keys; against the float64 loop."""
-    rng = random.Random(500000 + family)
-    if family % 2 == 0:
-        one_sm(monkeypatch)
-    heads, latent = rng.choice((1, 4, 8, 12, 16, 16, 32)), rng.choice((512, 512, 256, 128))
-    bs, dtype, causal = rng.choice((8, 16, 32, 64, 64, 128)), rng.choice((BF16, BF16, FP16)), rng.random() < 0.8
-    max_q = rng.choice((1, 1, 2, 4))
-    for draw in range(25):
-        seed = 500000 + family * 25 + draw
-        r = random.Random(seed)
-        n = r.randint(1, 6)
-        q_lens = tuple(r.randint(1, max_q) for _ in range(n))
-        kv_lens = tuple(
-            r.choice((0, 1, bs - 1, bs, bs + 1, 63, 64, 65, r.randint(1, 700), r.randint(700, 3000))) for _ in range(n))
-        kv_lens = tuple(max(k, q if causal else 0) for k, q in zip(q_lens, kv_lens))
-        split = r.choice((None, None, 64, 128, 256)) if family % 4 == 1 else None
-        case = Case(q_lens, kv_lens, num_heads=heads, latent=latent, rope=64, block_size=bs, dtype=dtype,
-                    causal=causal, with_lse=r.random() < 0.8, pad_tokens=r.choice((0, 0, 1, 3)), split_tokens=split,
-                    hint=r.random() < 0.5)
-        gluon_mla.clear()
-        try:
-            check_case(case, "cuda")
-            assert gluon_mla and gluon_mla[-1].get("block_q", 0) >= 1, "the narrow kernel did not run"
-        except AssertionError as e:
-            raise AssertionError(f"fuzz seed {seed}: {case.id}: {e}") from e
+    check_gluon_fuzz_family(500000, family, (1, 4, 8, 12, 16, 16, 32), gluon_mla, monkeypatch, narrow=True)
 
 
 @gpu_tier
@@ -1025,14 +1002,24 @@ def test_gluon_mla_kernel_fuzz_cuda(family: int, gluon_mla, monkeypatch) -> None
     (causal or not), lengths 0, 1, BS +- 1 and up to 3000 keys, padding tokens, with or without
     the LSE; half the families planned on one SM (unsplit), half for this GPU or with forced
     splits of 64-256 keys (planned as whole pairs of tiles); against the float64 loop."""
-    rng = random.Random(400000 + family)
+    check_gluon_fuzz_family(400000, family, (64, 128), gluon_mla, monkeypatch, narrow=False)
+
+
+def check_gluon_fuzz_family(seed0: int, family: int, head_counts: tuple, gluon_mla, monkeypatch, narrow: bool) -> None:
+    """One family of 25 draws for a Gluon MLA kernel (seeds ``seed0 + 25 family ..``): its head
+    count from ``head_counts``, latent 512 / 256 / 128, a block size 8 .. 128, bf16 / fp16, 1-4
+    query tokens a sequence (causal or not), lengths 0, 1, BS +- 1 and up to 3000 keys, padding
+    tokens, with or without the LSE (``narrow``: with or without the hint); even families planned
+    on one SM, every fourth from the second with forced splits of 64-256 keys; each against the
+    float64 loop, and the kernel asked for (``narrow``: the narrow one) must have run."""
+    rng = random.Random(seed0 + family)
     if family % 2 == 0:
         one_sm(monkeypatch)
-    heads, latent = rng.choice((64, 128)), rng.choice((512, 512, 256, 128))
+    heads, latent = rng.choice(head_counts), rng.choice((512, 512, 256, 128))
     bs, dtype, causal = rng.choice((8, 16, 32, 64, 64, 128)), rng.choice((BF16, BF16, FP16)), rng.random() < 0.8
     max_q = rng.choice((1, 1, 2, 4))
     for draw in range(25):
-        seed = 400000 + family * 25 + draw
+        seed = seed0 + family * 25 + draw
         r = random.Random(seed)
         n = r.randint(1, 6)
         q_lens = tuple(r.randint(1, max_q) for _ in range(n))
@@ -1040,12 +1027,17 @@ def test_gluon_mla_kernel_fuzz_cuda(family: int, gluon_mla, monkeypatch) -> None
             r.choice((0, 1, bs - 1, bs, bs + 1, 63, 64, 65, r.randint(1, 700), r.randint(700, 3000))) for _ in range(n))
         kv_lens = tuple(max(k, q if causal else 0) for k, q in zip(q_lens, kv_lens))
         split = r.choice((None, None, 64, 128, 256)) if family % 4 == 1 else None
+        with_lse, pad_tokens = r.random() < 0.8, r.choice((0, 0, 1, 3))
+        hint = narrow and r.random() < 0.5
         case = Case(q_lens, kv_lens, num_heads=heads, latent=latent, rope=64, block_size=bs, dtype=dtype,
-                    causal=causal, with_lse=r.random() < 0.8, pad_tokens=r.choice((0, 0, 1, 3)), split_tokens=split)
+                    causal=causal, with_lse=with_lse, pad_tokens=pad_tokens, split_tokens=split, hint=hint)
         gluon_mla.clear()
         try:
             check_case(case, "cuda")
-            assert gluon_mla, "the Gluon MLA kernel did not run"
+            if narrow:
+                assert gluon_mla and gluon_mla[-1].get("block_q", 0) >= 1, "the narrow kernel did not run"
+            else:
+                assert gluon_mla, "the Gluon MLA kernel did not run"
         except AssertionError as e:
             raise AssertionError(f"fuzz seed {seed}: {case.id}: {e}") from e
 
