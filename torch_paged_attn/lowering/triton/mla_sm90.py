@@ -228,14 +228,15 @@ if gluon is not None:
         return gl.where(m == float("-inf"), 0.0, m)
 
     @gluon.jit
-    def _zero_tail(kv_smem, stage, tail, CHUNKS: gl.constexpr):
-        """Value rows ``>= tail`` of the tile in ``stage`` to zero (the cache may hold NaN past a
-        sequence's last key, and 0 * NaN is NaN); the caller fences before a wgmma reads them."""
+    def _zero_rows(kv_smem, base, tail, VCH: gl.constexpr, WARPS: gl.constexpr):
+        """Value rows ``>= tail`` of a stage's ``VCH`` latent chunks from chunk ``base`` to zero (the
+        cache may hold NaN past a sequence's last key, and 0 * NaN is NaN), by ``WARPS`` warps; the
+        caller fences before a wgmma reads them."""
         if tail < _TILE:
-            zl: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+            zl: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [WARPS, 1], [1, 0])
             rows = gl.expand_dims(gl.arange(0, _TILE, layout=gl.SliceLayout(1, zl)), 1)
-            for c in gl.static_range(CHUNKS - 1):
-                buf = kv_smem.index(stage * CHUNKS + c)
+            for c in gl.static_range(VCH):
+                buf = kv_smem.index(base + c)
                 v = buf.load(zl)
                 buf.store(gl.where(rows < tail, v, gl.zeros_like(v)))
 
@@ -343,7 +344,7 @@ if gluon is not None:
             scale0 = gl.exp2(m_i - m_ref0)
             p = gl.exp2(s * qk_scale - gl.expand_dims(m_ref0, 1))
             l_i = l_i * scale0 + gl.sum(p, 1)
-            _zero_tail(kv_smem, st0, kv_end - key0, CHUNKS)
+            _zero_rows(kv_smem, st0 * CHUNKS, kv_end - key0, CHUNKS - 1, 4)
             fence_async_shared()
             a0 = gl.expand_dims(scale0, 1)
             o0, o1, o2, o3 = o0 * a0, o1 * a0, o2 * a0, o3 * a0
@@ -408,7 +409,7 @@ if gluon is not None:
             scale1 = gl.exp2(m_new0 - m_ref1)
             p = gl.exp2(s * qk_scale - gl.expand_dims(m_ref1, 1))
             l_i = l_i * (scale0 * scale1) + gl.sum(p, 1)
-            _zero_tail(kv_smem, st1, kv_end - key1, CHUNKS)
+            _zero_rows(kv_smem, st1 * CHUNKS, kv_end - key1, CHUNKS - 1, 4)
             fence_async_shared()
             a = gl.expand_dims(scale0 * scale1, 1)
             o0, o1, o2, o3 = o0 * a, o1 * a, o2 * a, o3 * a

@@ -63,7 +63,7 @@ try:  # Gluon ships with Triton >= 3.5
     )
 
     from ._sm90 import thread_barrier, tma_load
-    from .mla_sm90 import _block_row, _finite, _page_row, _token_sequence
+    from .mla_sm90 import _block_row, _finite, _page_row, _token_sequence, _zero_rows
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gluon = None
 
@@ -142,19 +142,6 @@ if gluon is not None:
         if c < VCH:
             o = warpgroup_mma(kv_smem.index(base + c).permute((1, 0)), p_smem, o, is_async=True)
         return o
-
-    @gluon.jit
-    def _zero_rows(kv_smem, base, tail, VCH: gl.constexpr, WARPS: gl.constexpr):
-        """Value rows ``>= tail`` of the stage's latent chunks from ``base`` to zero (the cache may
-        hold NaN past a sequence's last key, and 0 * NaN is NaN); the caller fences before a
-        wgmma reads them."""
-        if tail < _TILE:
-            zl: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [WARPS, 1], [1, 0])
-            rows = gl.expand_dims(gl.arange(0, _TILE, layout=gl.SliceLayout(1, zl)), 1)
-            for c in gl.static_range(VCH):
-                buf = kv_smem.index(base + c)
-                v = buf.load(zl)
-                buf.store(gl.where(rows < tail, v, gl.zeros_like(v)))
 
     @gluon.jit
     def _store(out_ptr, o, c: gl.constexpr, inv_l, o_cols, o_ok, VCH: gl.constexpr, layout: gl.constexpr):
