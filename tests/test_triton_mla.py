@@ -608,7 +608,7 @@ def check_graph_replays(base: Case, ran=None) -> MlaBatch:
 
 @gpu_tier
 def test_cuda_graph_replay_and_no_host_sync() -> None:
-    """``check_graph_replays`` on an fp8 cache (the Triton kernel: 16 heads)."""
+    """``check_graph_replays`` on an fp8 cache (16 heads: the narrow Gluon kernel on sm_90)."""
     check_graph_replays(replace(_BASE, cache_dtype=E4M3))
 
 
@@ -687,6 +687,7 @@ def test_strided_cache_bitwise_cuda() -> None:
     check_strided_bitwise("cuda", replace(_BASE, **_MTP))
     check_strided_bitwise("cuda", replace(_BASE, q_lens=(1, 1, 2), kv_lens=(10, 64, 33), block_size=64))
     check_strided_bitwise("cuda", replace(_BASE, num_heads=128, block_size=16))
+    check_strided_bitwise("cuda", replace(_BASE, cache_dtype=E4M3))
 
 
 @gpu_tier
@@ -914,7 +915,8 @@ def test_gluon_mla_cuda(case: Case, sms: str, gluon_mla, monkeypatch) -> None:
 # The narrow kernel (mla_sm90_narrow: query tokens x heads <= 32 rows a program): 16 / 8 / 32 /
 # 12 / 1 heads, decode (lengths 0, 1, BS +- 1, several tiles) and speculative tokens (2 a program,
 # a sequence of 3 over two programs; 4 tokens x 8 heads; causal and not), block sizes 8 .. 128,
-# padding tokens (NaN queries), fp16, no LSE, a latent of 256, forced splits (64 and 128 keys)
+# padding tokens (NaN queries), fp16, no LSE, a latent of 256, forced splits (64 and 128 keys);
+# the same on e4m3 / e5m2 caches with bf16 and fp16 queries
 _NARROW_CASES = [
     replace(_BASE, pad_tokens=2),
     replace(_BASE, num_heads=8, block_size=16),
@@ -928,6 +930,17 @@ _NARROW_CASES = [
     replace(_BASE, split_tokens=128, with_lse=False, block_size=128),
     replace(_BASE, num_heads=1, pad_tokens=1),
     replace(_BASE, **_MTP, strided=True, block_size=16),
+    # fp8 caches: at most 16 rows a program run mla_sm90_fp8 (two warpgroups on alternate tiles),
+    # 32 rows the narrow kernel's fp8 path (three stages converted to fp16; four at latent 256)
+    replace(_BASE, cache_dtype=E4M3, pad_tokens=2),
+    replace(_BASE, dtype=FP16, cache_dtype=E5M2, latent=256, split_tokens=128),
+    replace(_BASE, q_lens=(2, 1, 2), kv_lens=(700, 64, 1300), num_heads=8, cache_dtype=E4M3, block_size=128),
+    replace(_BASE, num_heads=4, cache_dtype=E4M3, with_lse=False, block_size=32, strided=True),
+    replace(_BASE, **_MTP, dtype=FP16, cache_dtype=E4M3, block_size=16),
+    replace(_BASE, **_MTP, cache_dtype=E5M2, split_tokens=64, with_lse=False),
+    replace(_BASE, q_lens=(1, 1, 1, 1, 1, 1), kv_lens=(15, 16, 17, 63, 65, 0), block_size=8, cache_dtype=E4M3),
+    replace(_BASE, **_MTP, strided=True, cache_dtype=E4M3, causal=False),
+    replace(_BASE, q_lens=(4, 1, 4), kv_lens=(700, 64, 1300), num_heads=8, latent=256, cache_dtype=E4M3, hint=True),
 ]
 
 
@@ -963,6 +976,15 @@ def test_gluon_mla_narrow_fuzz_cuda(family: int, gluon_mla, monkeypatch) -> None
 
 
 @gpu_tier
+@pytest.mark.fuzz
+@pytest.mark.parametrize("family", range(20))
+def test_gluon_mla_narrow_fp8_fuzz_cuda(family: int, gluon_mla, monkeypatch) -> None:
+    """The narrow fuzz's 500 draws (seeds 600000 + 25 f ..) on fp8 caches: e4m3 or e5m2 a family."""
+    check_gluon_fuzz_family(600000, family, (1, 4, 8, 12, 16, 16, 32), gluon_mla, monkeypatch, narrow=True,
+                            cache_dtypes=(E4M3, E4M3, E5M2))
+
+
+@gpu_tier
 @pytest.mark.parametrize("heads", [128, 16])
 @pytest.mark.parametrize("sms", ["one_sm", "all_sms"])
 def test_gluon_mla_bad_block_ids_cuda(sms: str, heads: int, gluon_mla, monkeypatch) -> None:
@@ -980,10 +1002,9 @@ def test_gluon_mla_bad_block_ids_cuda(sms: str, heads: int, gluon_mla, monkeypat
 
 @gpu_tier
 def test_gluon_mla_declines_cuda(gluon_mla) -> None:
-    """fp8 caches, 48 heads (neither 64-head groups nor 32 rows) and batch-invariant mode run the
-    Triton kernel."""
-    for case in (replace(_BASE, num_heads=128, cache_dtype=E4M3), replace(_BASE, cache_dtype=E4M3),
-                 replace(_BASE, num_heads=48)):
+    """fp8 caches of more than 32 rows a program (128 heads), 48 heads (neither 64-head groups nor
+    32 rows) and batch-invariant mode run the Triton kernel."""
+    for case in (replace(_BASE, num_heads=128, cache_dtype=E4M3), replace(_BASE, num_heads=48)):
         gluon_mla.clear()
         check_case(case, "cuda")
         assert not gluon_mla, f"the Gluon kernel took {case.id}"
@@ -1005,19 +1026,22 @@ def test_gluon_mla_kernel_fuzz_cuda(family: int, gluon_mla, monkeypatch) -> None
     check_gluon_fuzz_family(400000, family, (64, 128), gluon_mla, monkeypatch, narrow=False)
 
 
-def check_gluon_fuzz_family(seed0: int, family: int, head_counts: tuple, gluon_mla, monkeypatch, narrow: bool) -> None:
+def check_gluon_fuzz_family(seed0: int, family: int, head_counts: tuple, gluon_mla, monkeypatch, narrow: bool,
+                            cache_dtypes: tuple = ()) -> None:
     """One family of 25 draws for a Gluon MLA kernel (seeds ``seed0 + 25 family ..``): its head
     count from ``head_counts``, latent 512 / 256 / 128, a block size 8 .. 128, bf16 / fp16, 1-4
     query tokens a sequence (causal or not), lengths 0, 1, BS +- 1 and up to 3000 keys, padding
-    tokens, with or without the LSE (``narrow``: with or without the hint); even families planned
-    on one SM, every fourth from the second with forced splits of 64-256 keys; each against the
-    float64 loop, and the kernel asked for (``narrow``: the narrow one) must have run."""
+    tokens, with or without the LSE (``narrow``: with or without the hint), a cache of the query's
+    dtype or one of ``cache_dtypes`` (fp8); even families planned on one SM, every fourth from the
+    second with forced splits of 64-256 keys; each against the float64 loop, and the kernel asked
+    for (``narrow``: the narrow one) must have run."""
     rng = random.Random(seed0 + family)
     if family % 2 == 0:
         one_sm(monkeypatch)
     heads, latent = rng.choice(head_counts), rng.choice((512, 512, 256, 128))
     bs, dtype, causal = rng.choice((8, 16, 32, 64, 64, 128)), rng.choice((BF16, BF16, FP16)), rng.random() < 0.8
     max_q = rng.choice((1, 1, 2, 4))
+    cache_dtype = rng.choice(cache_dtypes) if cache_dtypes else None
     for draw in range(25):
         seed = seed0 + family * 25 + draw
         r = random.Random(seed)
@@ -1030,7 +1054,8 @@ def check_gluon_fuzz_family(seed0: int, family: int, head_counts: tuple, gluon_m
         with_lse, pad_tokens = r.random() < 0.8, r.choice((0, 0, 1, 3))
         hint = narrow and r.random() < 0.5
         case = Case(q_lens, kv_lens, num_heads=heads, latent=latent, rope=64, block_size=bs, dtype=dtype,
-                    causal=causal, with_lse=with_lse, pad_tokens=pad_tokens, split_tokens=split, hint=hint)
+                    cache_dtype=cache_dtype, causal=causal, with_lse=with_lse, pad_tokens=pad_tokens,
+                    split_tokens=split, hint=hint)
         gluon_mla.clear()
         try:
             check_case(case, "cuda")

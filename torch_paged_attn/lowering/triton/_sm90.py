@@ -3,8 +3,8 @@ device and this Triton can run them, which paged caches their TMA copies can rea
 descriptor of such a cache.
 
 A cache ``[NB, BS, ...]`` is read as the 2-D ``[NB * BS, W]`` view (one row a slot, W its
-elements), in boxes of ``[box, 64]`` (``box = min(BS, 64)`` rows of 64 columns, 128 bytes of
-bf16/fp16, the 128-byte swizzle); a row index past the last one reads zeros, which the kernels use
+elements), in boxes of ``[box, 64]`` (``box = min(BS, 64)`` rows of 64 columns: 128 bytes of
+bf16/fp16 with the 128-byte swizzle, 64 bytes of fp8 with the 64-byte one); a row index past the last one reads zeros, which the kernels use
 for block ids outside ``[0, NB)``.
 """
 
@@ -118,7 +118,8 @@ def cache_declines(caches: Iterable[Tensor], strided: bool = False) -> str | Non
 
 @functools.lru_cache(maxsize=None)
 def _smem_layout(box: int, dtype: torch.dtype):
-    return gl.NVMMASharedLayout.get_default_for([box, 64], gl.bfloat16 if dtype == torch.bfloat16 else gl.float16)
+    element = {torch.bfloat16: gl.bfloat16, torch.float8_e4m3fn: gl.float8e4nv, torch.float8_e5m2: gl.float8e5}
+    return gl.NVMMASharedLayout.get_default_for([box, 64], element.get(dtype, gl.float16))
 
 
 def descriptor_spec(cache: Tensor, box: int):

@@ -154,6 +154,10 @@ _GLUON_MIN_KEYS = 512
 # H16 112.7 / 115.2, 2 tokens B64 x 4096 H16 120.8 / 130.3 (one program a sequence's 2 tokens;
 # one a token measured 121.6 and 129.0 against 123.3 and 121.8 in two runs, gpu-2026-11-26b/logs).
 SM90_NARROW = True
+# fp8 caches of at most 16 query rows a program that the narrow kernel takes run ``mla_sm90_fp8``
+# (two warpgroups on alternate tiles, a producer warp); with 32 rows, the narrow kernel's own fp8
+# path (one tile at a time).
+SM90_FP8 = True
 # Heads one program holds (the M dimension of the dots is at most 64 rows).
 _MAX_HEADS_PER_PROGRAM = 64
 _MAX_BLOCK_M = 64
@@ -505,7 +509,8 @@ def prepare_mla_decode(
                 return mla_sm90.prepare(
                     scale=scale, causal=causal, split_tokens=split_tokens, call=call, workspace=workspace,
                     combine=_combine(workspace, split_tokens, num_splits, num_tokens, num_seqs, num_heads, latent,
-                                     False, seq_lens, query_start_loc, out, lse, pdl=pdl, all_splits=block_q > 0),
+                                     kv_cache.dtype in _FP8, seq_lens, query_start_loc, out, lse, pdl=pdl,
+                                     all_splits=block_q > 0),
                     block_q=block_q, pdl=pdl,
                 )
     if invariant and split_tokens is None:

@@ -516,9 +516,10 @@ if gluon is not None:
 
 def launch(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: Tensor, seq_lens: Tensor,
            query_start_loc: Tensor, out: Tensor, lse: Tensor | None, scale: float, causal: bool,
-           split_tokens: int, block_q: int = 0) -> None:
+           split_tokens: int, block_q: int = 0, kv_scale: Tensor | None = None) -> None:
     """One launch: grid (tokens, head groups of 64, splits), or with ``block_q`` >= 1 the narrow
-    kernel's (``mla_sm90_narrow``: ``block_q`` query tokens x all heads a program). ``out`` [T, H,
+    kernel's (``mla_sm90_narrow``: ``block_q`` query tokens x all heads a program; ``kv_scale``
+    the scale of an fp8 cache). ``out`` [T, H,
     L] and ``lse`` [T, H] (natural log; may be None) take the attention itself; 4-D ``out`` [T, S,
     H, L] and 3-D ``lse`` [T, S, H] (float32) take the partial state of each split of
     ``split_tokens`` keys (a multiple of the tile; ``out`` normalised, ``lse`` in log2) for
@@ -531,9 +532,21 @@ def launch(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: Tens
     go = _sm90.kept_launcher(_LAUNCHERS, key, lambda: _launcher(
         q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, so, sl, num_splits, lse_unit,
         lse is not None, scale, causal, split_tokens, block_q))
-    go(q_latent, q_latent_ptr=q_latent, q_rope_ptr=q_rope, kv_desc=kv_cache, block_table_ptr=block_table,
-       seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc, out_ptr=out,
-       lse_ptr=lse if lse is not None else out)
+    _go(go, block_q, q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, kv_scale)
+
+
+def _go(go, block_q: int, q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: Tensor, seq_lens: Tensor,
+        query_start_loc: Tensor, out: Tensor, lse: Tensor | None, kv_scale: Tensor | None) -> None:
+    """``go`` (a ``_launcher``) on these tensors: the narrow kernel (``block_q`` >= 1) takes the
+    fp8 scale too (the queries stand in for it on other caches)."""
+    if block_q:
+        go(q_latent, q_latent_ptr=q_latent, q_rope_ptr=q_rope, kv_desc=kv_cache, block_table_ptr=block_table,
+           seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc, out_ptr=out,
+           lse_ptr=lse if lse is not None else out, kv_scale_ptr=kv_scale if kv_scale is not None else q_latent)
+    else:
+        go(q_latent, q_latent_ptr=q_latent, q_rope_ptr=q_rope, kv_desc=kv_cache, block_table_ptr=block_table,
+           seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc, out_ptr=out,
+           lse_ptr=lse if lse is not None else out)
 
 
 _LAUNCHERS: dict[tuple, object] = {}
@@ -565,11 +578,17 @@ def _launcher(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: T
     num_seqs, max_blocks = block_table.shape
     box = min(block_size, TILE_N)
     if block_q:
+        from . import mla, mla_sm90_fp8
         from . import mla_sm90_narrow as narrow
 
-        kernel = narrow._mla_narrow_kernel
         grid = (narrow.grid_blocks(num_tokens, num_seqs, block_q), 1, num_splits)
-        own = narrow.constants(num_heads, block_q, pdl)
+        fp8 = kv_cache.dtype in narrow.FP8
+        if mla.SM90_FP8 and mla_sm90_fp8.declines(q_latent, kv_cache, block_q) is None:
+            kernel, own = mla_sm90_fp8._mla_fp8_kernel, mla_sm90_fp8.constants(num_heads, block_q, pdl)
+        else:
+            kernel, own = narrow._mla_narrow_kernel, narrow.constants(num_heads, block_q, pdl, latent, fp8)
+        if not fp8:
+            own["kv_scale_ptr"] = same_as("q_latent_ptr")
     else:
         kernel, grid = _mla_sm90_kernel, (num_tokens, num_heads // HEADS, num_splits)
         own = dict(CONSUMER_REGS=REGS_CONSUMER, num_warps=NUM_WARPS)
@@ -590,20 +609,20 @@ def _launcher(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: T
 @torch.library.custom_op("paged_attn::_mla_sm90", mutates_args=("out", "lse"))
 def _mla_sm90(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: Tensor, seq_lens: Tensor,
               query_start_loc: Tensor, out: Tensor, lse: Tensor | None, scale: float, causal: bool,
-              split_tokens: int, block_q: int) -> None:
-    """This kernel (``block_q`` >= 1: the narrow one) into ``out`` and, when given, ``lse``
-    (``launch``): an opaque op, so that
+              split_tokens: int, block_q: int, kv_scale: Tensor | None) -> None:
+    """This kernel (``block_q`` >= 1: the narrow one, ``kv_scale`` an fp8 cache's scale) into
+    ``out`` and, when given, ``lse`` (``launch``): an opaque op, so that
     Inductor, tracing the public op's body, sees one extern call (a Gluon kernel with a TMA
     descriptor is not one ``wrap_triton`` launches)."""
     if q_latent.shape[0] == 0:
         return
     launch(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, scale, causal, split_tokens,
-           block_q)
+           block_q, kv_scale)
 
 
 @_mla_sm90.register_fake
 def _(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, scale, causal, split_tokens,
-      block_q):
+      block_q, kv_scale):
     return None
 
 
@@ -614,10 +633,10 @@ def prepare(*, scale: float, causal: bool, split_tokens: int, call: tuple, works
     ``pdl``) for calls shaped like ``call`` (``q_latent, q_rope, kv_cache,
     block_table, seq_lens, query_start_loc, out, lse``; ``mla.prepare_mla_decode`` documents the
     runner). With a ``workspace`` (``paged_attention._Workspace``), the keys are split at multiples
-    of ``split_tokens`` into its partials and ``combine(part_out, part_lse, seq_lens,
-    query_start_loc, out, lse)`` merges them; otherwise ``split_tokens`` covers every key. Every
-    launch argument but the tensors is fixed here (``_launcher``): a plain eager call passes the
-    tensors alone. B1 x 32768 keys, 128 heads (split 132 ways, with the combine), package host
+    of ``split_tokens`` into its partials and ``combine(q_latent, part_out, part_lse, seq_lens,
+    query_start_loc, out, lse, kv_scale)`` merges them (``kv_scale``: an fp8 cache's, else None);
+    otherwise ``split_tokens`` covers every key. Every launch argument but the tensors is fixed
+    here (``_launcher``): a plain eager call passes the tensors alone. B1 x 32768 keys, 128 heads (split 132 ways, with the combine), package host
     code with no-op binaries (``benchmarks/overhead.py --null-launch --device cpu``, 2-core CPU,
     2026-11-26): 24.8 us a call before (keyword arguments and a ``TensorDescriptor`` per call),
     11.7 us after (the no-op binaries leave out Triton's launcher: the GPU host also saves its
@@ -634,22 +653,22 @@ def prepare(*, scale: float, causal: bool, split_tokens: int, call: tuple, works
         has_lse = True
     go = _launcher(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, so, sl, num_splits, lse_unit,
                    has_lse, scale, causal, split_tokens, block_q, pdl and workspace is not None)
+    fp8 = kv_cache.dtype not in (torch.bfloat16, torch.float16)  # the narrow kernel's fp8 caches
 
-    def attend(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse):
+    def attend(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, kv_scale):
         if plain_eager(q_latent):  # the op's body directly: nothing traces
-            go(q_latent, q_latent_ptr=q_latent, q_rope_ptr=q_rope, kv_desc=kv_cache, block_table_ptr=block_table,
-               seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc, out_ptr=out,
-               lse_ptr=lse if lse is not None else out)
+            _go(go, block_q, q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, kv_scale)
         else:
             torch.ops.paged_attn._mla_sm90(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc,
-                                           out, lse, scale, causal, split_tokens, block_q)
+                                           out, lse, scale, causal, split_tokens, block_q, kv_scale)
 
     def run(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, options):
+        kv_scale = options["kv_scale"] if fp8 else None
         if workspace is None:
-            attend(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse)
+            attend(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, kv_scale)
             return
         part_out, part_lse = workspace.tensors(out)
-        attend(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, part_out, part_lse)
-        combine(q_latent, part_out, part_lse, seq_lens, query_start_loc, out, lse)
+        attend(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, part_out, part_lse, kv_scale)
+        combine(q_latent, part_out, part_lse, seq_lens, query_start_loc, out, lse, kv_scale)
 
     return run

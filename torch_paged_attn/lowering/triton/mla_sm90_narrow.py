@@ -4,9 +4,10 @@ wgmma's 64-row M dimension and the few query rows its N.
 
 Computes what ``mla._mla_kernel`` computes (absorbed MLA decode: every head attends to the rows
 ``[c | k_pe]`` of a paged latent cache, the latent ``c`` is the value too) for the calls it takes
-(``declines``): bf16/fp16 queries and cache of the same dtype, latent a multiple of 64 up to 512,
-rope 64, ``BLOCK_Q`` query tokens x ``H`` heads <= 32 rows a program, block sizes that are powers
-of two >= 8, a contiguous cache, no fp8.
+(``declines``): bf16/fp16 queries and a cache of the same dtype or fp8 (e4m3 / e5m2), latent a
+multiple of 64 up to 512, rope 64, ``BLOCK_Q`` query tokens x ``H`` heads <= 32 rows a program,
+block sizes that are powers of two >= 8, a cache TMA can read (``_sm90.cache_declines``, strided
+views included). fp8 calls of at most 16 rows run ``mla_sm90_fp8`` instead (``mla.SM90_FP8``).
 
 Why transposed. With 16 rows a program, ``S = Q K^T`` on wgmma pads the rows to 64 (its M is 64
 per warpgroup): four times the tensor-core work and the A operand re-read for nothing. Here a
@@ -26,6 +27,14 @@ take ~0.4 us of tensor-core time against ~3 us for its 72 KiB at one SM's share 
 bandwidth). Value rows past the sequence end in the last tile are zeroed in shared memory before
 ``P V`` (the cache there may hold anything, and 0 * NaN is NaN).
 
+fp8 caches: the products run in fp16 (fp8 values are fp16 values; bf16 queries are scaled by a
+power of two into fp16's range, ``_query_unit``), the cache's scale in the scores and the
+output. Each landed stage is converted into one fp16 operand tile in shared memory (value rows
+past the sequence zeroed there) and refilled at once, so the 36 KiB fp8 stages go three deep
+(``stages``). H100, 2026-11-26, graph replays: 2 tokens B64 x 4096 H16 on e4m3 137.0 us against
+198.4 for the Triton kernel (gpu-2026-11-26c/logs/fp8-probe-2.txt); one warpgroup's chain of
+conversion, products and softmax bounds it (``mla_sm90_fp8``'s docstring has the profile).
+
 Grid: (query block, 1, split). ``BLOCK_Q`` 1: program t is token t; more: the query blocks of
 each sequence as ``paged_attention._attention_kernel`` numbers them (``T // BLOCK_Q + B + 1``
 programs, those past the sequences' blocks exit; the padding rows past ``query_start_loc[-1]``
@@ -40,9 +49,10 @@ programs' two warpgroups each read the tile for their own products and meet at e
 reduction's barrier, and with two stages about one tile is in flight per SM.
 
 Layouts: q_latent/out ``[T, H, L]``, q_rope ``[T, H, R]`` (last stride 1), kv_cache ``[NB, BS, L +
-R]`` contiguous; partials ``[T, S, H, L]`` and ``[T, S, H]`` float32. Shared memory: ``2 x 64 x (L
-+ R) x 2`` (stages) + ``ROWS x (L + R) x 2`` (Q) + ``64 x ROWS x 2`` (P) bytes: 164 KiB at 576
-columns and 16 rows, one program an SM. Bytes moved: ``sum_b kv_b * (L + R) * cache_bytes`` (each
+R]`` (any ``_sm90.row_layout`` view); partials ``[T, S, H, L]`` and ``[T, S, H]`` float32. Shared
+memory: ``2 x 64 x (L + R) x 2`` (stages) + ``ROWS x (L + R) x 2`` (Q) + ``64 x ROWS x 2`` (P)
+bytes: 164 KiB at 576 columns and 16 rows, one program an SM; fp8: ``STAGES x 64 x (L + R)`` + the
+fp16 tile ``64 x (L + R) x 2`` + Q + P (220 KiB at 32 rows, three stages). Bytes moved: ``sum_b kv_b * (L + R) * cache_bytes`` (each
 program reads its keys once) + ``T * H * (2L + R) * q_bytes`` (+ the partials, written and read
 once).
 """
@@ -70,6 +80,11 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
 LOG2E = 1.4426950408889634
 TILE_N = 64  # keys a tile: wgmma's M
 MAX_ROWS = 32  # query tokens x heads a program (wgmma's N)
+FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+SMEM_BYTES = 232448  # an sm_90 program's shared memory (227 KiB)
+# left for the compiler's own (barriers, alignment; its scratch buffers overlap dead ones): fp8 at
+# 32 rows, three stages, took 536 bytes beyond the kernel's buffers (225816 in all, sm_90 SASS)
+SMEM_SPARE = 1024
 
 
 def num_warps(rows: int) -> int:
@@ -79,6 +94,17 @@ def num_warps(rows: int) -> int:
     one warpgroup, 123.4 with two (with the coalesced epilogue and PDL, landed in the same step;
     gpu-2026-11-26b/logs/probe-mla-*.txt)."""
     return 4 if rows <= 16 else 8
+
+
+def stages(num_rows: int, latent: int, fp8: bool) -> int:
+    """Tiles of 64 keys in flight: two of bf16/fp16 (a third does not fit beside the queries), as
+    many fp8 ones as fit beside the fp16 operand tile they are converted to (three: 108 KiB + 72
+    KiB + 18-36 KiB of queries)."""
+    if not fp8:
+        return 2
+    chunks = latent // 64 + 1
+    fixed = chunks * TILE_N * 64 * 2 + chunks * num_rows * 64 * 2 + TILE_N * num_rows * 2 + SMEM_SPARE
+    return max(2, min(4, (SMEM_BYTES - fixed) // (chunks * TILE_N * 64)))
 
 
 def rows(num_heads: int, block_q: int) -> int:
@@ -93,8 +119,8 @@ def declines(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_q: int) -
     if reason:
         return reason
     if q_latent.dtype not in (torch.bfloat16, torch.float16) or q_rope.dtype != q_latent.dtype \
-            or kv_cache.dtype != q_latent.dtype:
-        return "dtype: bf16/fp16 queries and cache of the same dtype only"
+            or kv_cache.dtype not in (q_latent.dtype, *FP8):
+        return "dtype: bf16/fp16 queries, a cache of their dtype or fp8"
     latent, rope = q_latent.shape[2], q_rope.shape[2]
     if latent % 64 or latent > 512 or rope != 64:
         return "latent a multiple of 64 up to 512, rope 64"
@@ -118,7 +144,7 @@ if gluon is not None:
         """The 64-key tile from ``key0`` into ``stage``: one TMA box of ``BOX`` rows x 64 columns a
         page and chunk, completing on the stage's ``ready`` barrier."""
         bar = ready.index(stage)
-        mbarrier.expect(bar, _TILE * 64 * 2 * CHUNKS)
+        mbarrier.expect(bar, _TILE * 64 * CHUNKS * kv_desc.dtype.primitive_bitwidth // 8)
         for i in gl.static_range(_TILE // BOX):
             row = _page_row(key0 + i * BOX, seq_row_ptr, stride_bt_block, num_pages, num_blocks, block_rows,
                             BLOCK_SIZE)
@@ -132,9 +158,93 @@ if gluon is not None:
         none) was loaded earlier."""
         row = _block_row(blk, key0, num_blocks, block_rows, BLOCK_SIZE)
         bar = ready.index(stage)
-        mbarrier.expect(bar, _TILE * 64 * 2 * CHUNKS)
+        mbarrier.expect(bar, _TILE * 64 * CHUNKS * kv_desc.dtype.primitive_bitwidth // 8)
         for c in gl.static_range(CHUNKS):
             tma_load(kv_desc, [row, c * 64], bar, kv_smem.index(stage * CHUNKS + c))
+
+    @gluon.jit
+    def _convert(kv_smem, base, cv_smem, cbase, tail, CHUNKS: gl.constexpr, WARPS: gl.constexpr):
+        """An fp8 stage's ``CHUNKS`` chunks from chunk ``base`` as fp16 (exact) into the operand
+        buffer ``cv_smem`` from its chunk ``cbase``, rows ``>= tail`` zero (the cache may hold NaN
+        past a sequence's last key, and 0 * NaN is NaN): each thread 16 bytes of a row in, 32 out;
+        the caller fences before a wgmma reads them. A loop, not unrolled: H100, fp8 B128 x 4096
+        H16, graph replays, 188.8 us against 193.5 unrolled and 195.9 with each chunk's product
+        issued as soon as it was converted (gpu-2026-11-26c/logs/probe-v*.txt)."""
+        cl: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [WARPS, 1], [1, 0])
+        if tail < _TILE:
+            rows = gl.expand_dims(gl.arange(0, _TILE, layout=gl.SliceLayout(1, cl)), 1)
+            for c in range(CHUNKS):
+                v = kv_smem.index(base + c).load(cl).to(gl.float16)
+                cv_smem.index(cbase + c).store(gl.where(rows < tail, v, gl.zeros_like(v)))
+        else:
+            for c in range(CHUNKS):
+                cv_smem.index(cbase + c).store(kv_smem.index(base + c).load(cl).to(gl.float16))
+
+    @gluon.jit
+    def _query_unit(q_latent_ptr, q_rope_ptr, ql_rows, qr_rows, offs_c, ok_io, CHUNKS: gl.constexpr):
+        """The power of two ``2^e`` that brings the program's largest query element into [2^14,
+        2^15) (``paged_attention._fp16_exponent``; 1 for 0): bf16 queries over ``2^e`` are fp16,
+        the type fp8 converts to in one instruction, exact above fp16's normal floor (2^-28 of the
+        largest, far below bf16's 2^-8 precision)."""
+        amax = 0.0
+        for c in gl.static_range(CHUNKS):
+            if c < CHUNKS - 1:
+                q = gl.load(q_latent_ptr + ql_rows + offs_c + c * 64, mask=ok_io, other=0.0)
+            else:
+                q = gl.load(q_rope_ptr + qr_rows + offs_c, mask=ok_io, other=0.0)
+            amax = gl.maximum(amax, gl.max(gl.max(gl.abs(q.to(gl.float32)), 1), 0))
+        e = gl.where(amax > 0, gl.floor(gl.log2(amax)) - 14.0, 0.0)
+        return gl.exp2(gl.minimum(gl.maximum(e, -100.0), 100.0))
+
+    @gluon.jit
+    def _program(pid_q, split, block_table_ptr, seq_lens_ptr, query_start_loc_ptr, num_tokens, num_seqs, max_blocks,
+                 split_tokens, stride_bt_seq, stride_sl, stride_qsl, BLOCK_Q: gl.constexpr, BLOCK_SIZE: gl.constexpr,
+                 CAUSAL: gl.constexpr):
+        """What program ``(pid_q, split)`` covers (grid as ``grid_blocks``): ``(seq, q_start,
+        q_block_start, q_len, context, key_lo, kv_end, n_tiles, num_pages, seq_row_ptr, skip)`` -- its
+        sequence, the sequence's first token, the program's first token within it, the sequence's
+        query length, its keys before the first query token, the keys ``[key_lo, kv_end)`` it
+        attends to in ``n_tiles`` tiles, the sequence's pages and block-table row, and whether it
+        has no query block (``BLOCK_Q`` > 1: numbers past its sequence's blocks; it exits)."""
+        # the program's sequence and its first token (q_block_start, within the sequence)
+        if BLOCK_Q == 1:  # token pid_q
+            seq = _token_sequence(pid_q, query_start_loc_ptr, stride_qsl, num_seqs)
+            q_start = gl.load(query_start_loc_ptr + seq * stride_qsl)
+            q_end = gl.load(query_start_loc_ptr + (seq + 1) * stride_qsl)
+            # padding tokens past query_start_loc[-1]: no keys (0 and -inf)
+            seq_len = gl.where(pid_q < q_end, gl.load(seq_lens_ptr + seq * stride_sl), 0)
+            q_end = gl.maximum(q_end, pid_q + 1)
+        else:  # the query blocks of paged_attention._attention_kernel
+            lo = pid_q * 0
+            hi = num_seqs + 1
+            while lo < hi:
+                mid = (lo + hi) // 2
+                below = gl.load(query_start_loc_ptr + mid * stride_qsl) // BLOCK_Q + mid <= pid_q
+                lo = gl.where(below, mid + 1, lo)
+                hi = gl.where(below, hi, mid)
+            seq = gl.maximum(lo - 1, 0)
+            is_seq = seq < num_seqs  # else the padding rows' pseudo-sequence: no keys
+            q_start = gl.load(query_start_loc_ptr + seq * stride_qsl)
+            q_end = gl.load(query_start_loc_ptr + (seq + 1) * stride_qsl, mask=is_seq, other=0)
+            q_end = gl.where(is_seq, q_end, num_tokens)
+            seq_len = gl.load(seq_lens_ptr + seq * stride_sl, mask=is_seq, other=0)
+        q_len = q_end - q_start
+        q_block_start = pid_q - q_start
+        skip = False
+        if BLOCK_Q > 1:
+            q_block_start = (pid_q - (q_start // BLOCK_Q + seq)) * BLOCK_Q
+            skip = (q_block_start < 0) | (q_block_start >= q_len)
+        context = seq_len - q_len
+        p_last = context + gl.minimum(q_block_start + BLOCK_Q, q_len) - 1
+        kv_hi = gl.minimum(seq_len, max_blocks * BLOCK_SIZE)
+        if CAUSAL:
+            kv_hi = gl.minimum(kv_hi, p_last + 1)
+        key_lo = split * split_tokens  # a multiple of the tile
+        kv_end = gl.maximum(gl.minimum(kv_hi, key_lo + split_tokens), key_lo)
+        n_tiles = (kv_end - key_lo + _TILE - 1) // _TILE
+        num_pages = gl.minimum((seq_len + BLOCK_SIZE - 1) // BLOCK_SIZE, max_blocks)
+        seq_row_ptr = block_table_ptr + seq.to(gl.int64) * stride_bt_seq
+        return seq, q_start, q_block_start, q_len, context, key_lo, kv_end, n_tiles, num_pages, seq_row_ptr, skip
 
     @gluon.jit
     def _pv(o, kv_smem, base, c: gl.constexpr, p_smem, VCH: gl.constexpr):
@@ -159,6 +269,7 @@ if gluon is not None:
         kv_desc,  # TMA descriptor of the cache as [NB * BS, L + R], boxes [BOX, 64]
         block_table_ptr, seq_lens_ptr, query_start_loc_ptr,  # [B, MB], [B], [B + 1] int32
         out_ptr, lse_ptr,  # [T, H, L] or partials [T, S, H, L] float32; [T, H] or [T, S, H] float32
+        kv_scale_ptr,  # [] or [1] float32 (an fp8 cache)
         scale,
         num_tokens, num_seqs, num_blocks, max_blocks, split_tokens,
         block_rows,  # rows of the cache's [rows, L + R] view from one block to the next (_sm90.block_rows)
@@ -168,11 +279,14 @@ if gluon is not None:
         HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, ROWS: gl.constexpr,
         LATENT: gl.constexpr, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr,
         CAUSAL: gl.constexpr, HAS_LSE: gl.constexpr, LSE_UNIT: gl.constexpr, USE_PDL: gl.constexpr,
-        WARPS: gl.constexpr,
+        WARPS: gl.constexpr, STAGES: gl.constexpr,
     ):
         CHUNKS: gl.constexpr = LATENT // 64 + 1
         VCH: gl.constexpr = LATENT // 64
-        dtype: gl.constexpr = q_latent_ptr.dtype.element_ty
+        # an fp8 cache: each stage converted to fp16 in shared memory once it lands, the products in
+        # fp16 (the queries scaled into its range), the scale in the scores and the output
+        IS_FP8: gl.constexpr = kv_desc.dtype.primitive_bitwidth == 8
+        dtype: gl.constexpr = gl.float16 if IS_FP8 else q_latent_ptr.dtype.element_ty
         # WARPS / 4 warpgroups, each the same 64 keys and its own ROWS * 4 / WARPS of the rows
         WG: gl.constexpr = WARPS // 4
         acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WG],
@@ -184,62 +298,29 @@ if gluon is not None:
         out_ptr += split.to(gl.int64) * stride_o_split
         lse_ptr += split.to(gl.int64) * stride_lse_split
 
-        # -- the program's sequence and its first token (q_block_start, within the sequence) --
-        if BLOCK_Q == 1:  # token pid_q
-            seq = _token_sequence(pid_q, query_start_loc_ptr, stride_qsl, num_seqs)
-            q_start = gl.load(query_start_loc_ptr + seq * stride_qsl)
-            q_end = gl.load(query_start_loc_ptr + (seq + 1) * stride_qsl)
-            # padding tokens past query_start_loc[-1]: no keys (0 and -inf)
-            seq_len = gl.where(pid_q < q_end, gl.load(seq_lens_ptr + seq * stride_sl), 0)
-            q_end = gl.maximum(q_end, pid_q + 1)
-        else:  # the query blocks of paged_attention._attention_kernel
-            lo = pid_q * 0
-            hi = num_seqs + 1
-            while lo < hi:
-                mid = (lo + hi) // 2
-                below = gl.load(query_start_loc_ptr + mid * stride_qsl) // BLOCK_Q + mid <= pid_q
-                lo = gl.where(below, mid + 1, lo)
-                hi = gl.where(below, hi, mid)
-            seq = gl.maximum(lo - 1, 0)
-            is_seq = seq < num_seqs  # else the padding rows' pseudo-sequence: no keys
-            q_start = gl.load(query_start_loc_ptr + seq * stride_qsl)
-            q_end = gl.load(query_start_loc_ptr + (seq + 1) * stride_qsl, mask=is_seq, other=0)
-            q_end = gl.where(is_seq, q_end, num_tokens)
-            seq_len = gl.load(seq_lens_ptr + seq * stride_sl, mask=is_seq, other=0)
-        q_len = q_end - q_start
-        q_block_start = pid_q - q_start
-        if BLOCK_Q > 1:
-            q_block_start = (pid_q - (q_start // BLOCK_Q + seq)) * BLOCK_Q
-            if (q_block_start < 0) | (q_block_start >= q_len):
-                return
-        context = seq_len - q_len
-        p_last = context + gl.minimum(q_block_start + BLOCK_Q, q_len) - 1
-        kv_hi = gl.minimum(seq_len, max_blocks * BLOCK_SIZE)
-        if CAUSAL:
-            kv_hi = gl.minimum(kv_hi, p_last + 1)
-        key_lo = split * split_tokens  # a multiple of the tile
-        kv_end = gl.maximum(gl.minimum(kv_hi, key_lo + split_tokens), key_lo)
-        n_tiles = (kv_end - key_lo + _TILE - 1) // _TILE
-        num_pages = gl.minimum((seq_len + BLOCK_SIZE - 1) // BLOCK_SIZE, max_blocks)
-        seq_row_ptr = block_table_ptr + seq.to(gl.int64) * stride_bt_seq
+        seq, q_start, q_block_start, q_len, context, key_lo, kv_end, n_tiles, num_pages, seq_row_ptr, skip = _program(
+            pid_q, split, block_table_ptr, seq_lens_ptr, query_start_loc_ptr, num_tokens, num_seqs, max_blocks,
+            split_tokens, stride_bt_seq, stride_sl, stride_qsl, BLOCK_Q, BLOCK_SIZE, CAUSAL)
+        if skip:
+            return
 
         q_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
         P_SWIZZLE: gl.constexpr = ROWS * 2 if ROWS * 2 <= 128 else 128
         p_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=P_SWIZZLE, element_bitwidth=16, rank=2)
-        kv_smem = gl.allocate_shared_memory(dtype, [2 * CHUNKS, _TILE, 64], kv_desc.layout)
+        kv_smem = gl.allocate_shared_memory(kv_desc.dtype, [STAGES * CHUNKS, _TILE, 64], kv_desc.layout)
+        if IS_FP8:  # the fp16 operand tile
+            cv_smem = gl.allocate_shared_memory(dtype, [CHUNKS, _TILE, 64], q_layout)
         q_smem = gl.allocate_shared_memory(dtype, [CHUNKS, ROWS, 64], q_layout)
         p_smem = gl.allocate_shared_memory(dtype, [_TILE, ROWS], p_layout)
-        ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-        mbarrier.init(ready.index(0), count=1)
-        mbarrier.init(ready.index(1), count=1)
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(ready.index(i), count=1)
         fence_async_shared()
-        # the first two tiles' copies go out before the queries are read
-        if n_tiles > 0:
-            _issue(kv_desc, kv_smem, ready, 0, key_lo, seq_row_ptr, stride_bt_block, num_pages, num_blocks,
-                   block_rows, CHUNKS, BLOCK_SIZE, BOX)
-        if n_tiles > 1:
-            _issue(kv_desc, kv_smem, ready, 1, key_lo + _TILE, seq_row_ptr, stride_bt_block, num_pages, num_blocks,
-                   block_rows, CHUNKS, BLOCK_SIZE, BOX)
+        # the first tiles' copies go out before the queries are read
+        for i in gl.static_range(STAGES):
+            if n_tiles > i:
+                _issue(kv_desc, kv_smem, ready, i, key_lo + i * _TILE, seq_row_ptr, stride_bt_block, num_pages,
+                       num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
 
         # -- Q [ROWS, L + R] into shared memory: row r is token r // HEADS, head r % HEADS --
         io_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [WARPS, 1], [1, 0])
@@ -250,11 +331,21 @@ if gluon is not None:
         ql_rows = gl.expand_dims(tok_io * stride_ql_tok + (r_io % HEADS) * stride_ql_head, 1)
         qr_rows = gl.expand_dims(tok_io * stride_qr_tok + (r_io % HEADS) * stride_qr_head, 1)
         offs_c = gl.expand_dims(gl.arange(0, 64, layout=gl.SliceLayout(0, io_layout)), 0)
+        qk_scale = scale * _LOG2E
+        if IS_FP8:
+            kv_scale = gl.load(kv_scale_ptr)
+            qk_scale = qk_scale * kv_scale
+            q_unit = 1.0
+            if q_latent_ptr.dtype.element_ty == gl.bfloat16:
+                q_unit = _query_unit(q_latent_ptr, q_rope_ptr, ql_rows, qr_rows, offs_c, ok_io, CHUNKS)
+                qk_scale = qk_scale * q_unit
         for c in gl.static_range(CHUNKS):
             if c < CHUNKS - 1:
                 q = gl.load(q_latent_ptr + ql_rows + offs_c + c * 64, mask=ok_io, other=0.0)
             else:
                 q = gl.load(q_rope_ptr + qr_rows + offs_c, mask=ok_io, other=0.0)
+            if IS_FP8:
+                q = (q.to(gl.float32) / q_unit).to(dtype)
             q_smem.index(c).store(q)
         fence_async_shared()
         thread_barrier()
@@ -263,7 +354,6 @@ if gluon is not None:
         r_c = gl.arange(0, ROWS, layout=col_layout)
         t_c = r_c // HEADS
         pos_c = context + q_block_start + t_c  # each row's position (causal: keys <= pos)
-        qk_scale = scale * _LOG2E
         m_i = gl.full([ROWS], float("-inf"), gl.float32, col_layout)
         l_i = gl.zeros([ROWS], gl.float32, col_layout)
         o0 = gl.zeros([_TILE, ROWS], gl.float32, acc_layout)
@@ -275,7 +365,7 @@ if gluon is not None:
         o6 = o0
         o7 = o0
         for j in range(n_tiles):
-            st = j % 2
+            st = j % STAGES
             key0 = key_lo + j * _TILE
             base = st * CHUNKS
             # keys past kv_end or on pages with an id outside [0, NB): their block ids are loaded
@@ -283,53 +373,81 @@ if gluon is not None:
             keys = key0 + gl.arange(0, _TILE, layout=key_layout)
             page = keys // BLOCK_SIZE
             blk = gl.load(seq_row_ptr + page * stride_bt_block, mask=page < num_pages, other=-1)
-            if BOX == _TILE:  # and the block id of tile j + 2 (one page), which this stage takes next
-                page2 = (key0 + 2 * _TILE) // BLOCK_SIZE
+            if BOX == _TILE:  # and the block id of tile j + STAGES (one page), which this stage takes next
+                page2 = (key0 + STAGES * _TILE) // BLOCK_SIZE
                 blk2 = gl.load(seq_row_ptr + page2 * stride_bt_block, mask=page2 < num_pages, other=-1)
-            mbarrier.wait(ready.index(st), (j // 2) & 1)
+            mbarrier.wait(ready.index(st), (j // STAGES) & 1)
+            if IS_FP8:  # the stage to fp16, then free for tile j + STAGES at once
+                ops = cv_smem
+                # 0, but not to the compiler (as mla_sm90's loops): with a constant base every wgmma
+                # descriptor of the buffer is loop-invariant, and the 26 hoisted descriptors spilled
+                # (255 registers, a 200-byte stack; 204 and none so, sm_90 SASS)
+                obase = j >> 30
+                _convert(kv_smem, base, cv_smem, obase, kv_end - key0, CHUNKS, WARPS)
+                fence_async_shared()
+                thread_barrier()
+                if j + STAGES < n_tiles:
+                    if BOX == _TILE:
+                        _issue_page(kv_desc, kv_smem, ready, st, key0 + STAGES * _TILE, blk2, num_blocks, block_rows,
+                                    CHUNKS, BLOCK_SIZE)
+                    else:
+                        _issue(kv_desc, kv_smem, ready, st, key0 + STAGES * _TILE, seq_row_ptr, stride_bt_block,
+                               num_pages, num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
+            else:
+                ops = kv_smem
+                obase = base
             # S^T = K Q^T over the 576 columns: [64 keys, ROWS]
             s = gl.zeros([_TILE, ROWS], gl.float32, acc_layout)
             for c in gl.static_range(CHUNKS):
-                s = warpgroup_mma(kv_smem.index(base + c), q_smem.index(c).permute((1, 0)), s, is_async=True)
+                s = warpgroup_mma(ops.index(obase + c), q_smem.index(c).permute((1, 0)), s, is_async=True)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
             # masked: those keys, and (causal) keys after a row's position
             visible = gl.expand_dims((blk >= 0) & (blk < num_blocks) & (keys < kv_end), 1)
             if CAUSAL and BLOCK_Q > 1:
                 visible = visible & (gl.expand_dims(keys, 1) <= gl.expand_dims(pos_c, 0))
-            s = gl.where(visible, s, float("-inf"))
-            # online softmax down the columns
-            m_new = gl.maximum(m_i, gl.max(s, 0) * qk_scale)
-            m_ref = _finite(m_new)
-            alpha = gl.exp2(m_i - m_ref)
-            p = gl.exp2(s * qk_scale - gl.expand_dims(m_ref, 0))
+            if IS_FP8:  # scaled before the mask: a NaN or zero scale then leaves masked keys at -inf
+                s = gl.where(visible, s * qk_scale, float("-inf"))
+                m_new = gl.maximum(m_i, gl.max(s, 0))
+                m_ref = _finite(m_new)
+                alpha = gl.exp2(m_i - m_ref)
+                p = gl.exp2(s - gl.expand_dims(m_ref, 0))
+            else:
+                s = gl.where(visible, s, float("-inf"))
+                # online softmax down the columns
+                m_new = gl.maximum(m_i, gl.max(s, 0) * qk_scale)
+                m_ref = _finite(m_new)
+                alpha = gl.exp2(m_i - m_ref)
+                p = gl.exp2(s * qk_scale - gl.expand_dims(m_ref, 0))
             l_i = l_i * alpha + gl.sum(p, 0)
             m_i = m_new
             a = gl.expand_dims(alpha, 0)
             o0, o1, o2, o3, o4, o5, o6, o7 = o0 * a, o1 * a, o2 * a, o3 * a, o4 * a, o5 * a, o6 * a, o7 * a
-            _zero_rows(kv_smem, base, kv_end - key0, VCH, WARPS)
+            if not IS_FP8:  # (the conversion zeroed them)
+                _zero_rows(kv_smem, base, kv_end - key0, VCH, WARPS)
             p_smem.store(p.to(dtype))
             fence_async_shared()
             thread_barrier()
             # O^T += V^T P^T, one wgmma group per 64 latent columns
-            o0 = _pv(o0, kv_smem, base, 0, p_smem, VCH)
-            o1 = _pv(o1, kv_smem, base, 1, p_smem, VCH)
-            o2 = _pv(o2, kv_smem, base, 2, p_smem, VCH)
-            o3 = _pv(o3, kv_smem, base, 3, p_smem, VCH)
-            o4 = _pv(o4, kv_smem, base, 4, p_smem, VCH)
-            o5 = _pv(o5, kv_smem, base, 5, p_smem, VCH)
-            o6 = _pv(o6, kv_smem, base, 6, p_smem, VCH)
-            o7 = _pv(o7, kv_smem, base, 7, p_smem, VCH)
+            o0 = _pv(o0, ops, obase, 0, p_smem, VCH)
+            o1 = _pv(o1, ops, obase, 1, p_smem, VCH)
+            o2 = _pv(o2, ops, obase, 2, p_smem, VCH)
+            o3 = _pv(o3, ops, obase, 3, p_smem, VCH)
+            o4 = _pv(o4, ops, obase, 4, p_smem, VCH)
+            o5 = _pv(o5, ops, obase, 5, p_smem, VCH)
+            o6 = _pv(o6, ops, obase, 6, p_smem, VCH)
+            o7 = _pv(o7, ops, obase, 7, p_smem, VCH)
             o0, o1, o2, o3, o4, o5, o6, o7 = warpgroup_mma_wait(num_outstanding=0,
                                                                  deps=(o0, o1, o2, o3, o4, o5, o6, o7))
             # tile j's products are done: its stage takes tile j + 2 (Triton's barrier analysis
             # puts a CTA barrier before the copies: every warp's products have read the stage)
-            if j + 2 < n_tiles:
-                if BOX == _TILE:
-                    _issue_page(kv_desc, kv_smem, ready, st, key0 + 2 * _TILE, blk2, num_blocks, block_rows, CHUNKS,
-                                BLOCK_SIZE)
-                else:
-                    _issue(kv_desc, kv_smem, ready, st, key0 + 2 * _TILE, seq_row_ptr, stride_bt_block, num_pages,
-                           num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
+            if not IS_FP8:
+                if j + STAGES < n_tiles:
+                    if BOX == _TILE:
+                        _issue_page(kv_desc, kv_smem, ready, st, key0 + STAGES * _TILE, blk2, num_blocks, block_rows,
+                                    CHUNKS, BLOCK_SIZE)
+                    else:
+                        _issue(kv_desc, kv_smem, ready, st, key0 + STAGES * _TILE, seq_row_ptr, stride_bt_block,
+                               num_pages, num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
 
         if USE_PDL:  # the key loop is done: the combine kernel may launch (paged_attention._PDL)
             gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
@@ -337,7 +455,10 @@ if gluon is not None:
 
         # -- epilogue: O / l and lse = (m + log2 l) * LSE_UNIT, row r to (token, head) --
         has_keys = l_i != 0.0
-        inv_l = gl.expand_dims(gl.where(has_keys, 1.0 / gl.where(has_keys, l_i, 1.0), 0.0), 0)
+        inv_l = gl.where(has_keys, 1.0 / gl.where(has_keys, l_i, 1.0), 0.0)
+        if IS_FP8 and LSE_UNIT != 1.0:  # the output itself (partials leave the scale to the combine)
+            inv_l = inv_l * kv_scale
+        inv_l = gl.expand_dims(inv_l, 0)
         row_ok = (t_c < BLOCK_Q) & (q_block_start + t_c < q_len)
         tok_c = (q_start + q_block_start + t_c).to(gl.int64)
         st_layout: gl.constexpr = gl.BlockedLayout([4, 1], [16, 2], [1, WARPS], [0, 1])
@@ -365,11 +486,11 @@ def grid_blocks(num_tokens: int, num_seqs: int, block_q: int) -> int:
     return num_tokens if block_q == 1 else num_tokens // block_q + num_seqs + 1
 
 
-def constants(num_heads: int, block_q: int, pdl: bool) -> dict:
+def constants(num_heads: int, block_q: int, pdl: bool, latent: int, fp8: bool) -> dict:
     """This kernel's own launch constants (``mla_sm90._launcher`` gives the rest, as to the wide
     kernel) for ``block_q`` query tokens a program; ``pdl``: it signals after its key loop that the
     combine kernel launched after it with programmatic dependent launch may start
-    (``paged_attention._PDL``)."""
+    (``paged_attention._PDL``); ``fp8``: an fp8 cache."""
     n = rows(num_heads, block_q)
     return dict(HEADS=num_heads, BLOCK_Q=block_q, ROWS=n, USE_PDL=bool(pdl), WARPS=num_warps(n),
-                num_warps=num_warps(n))
+                STAGES=stages(n, latent, fp8), num_warps=num_warps(n))
