@@ -23,9 +23,13 @@ states ``(m, l, O)`` merge once, after the key loop. H100, 2026-11-26, graph rep
 narrow kernel 187.3, the Triton kernel 200.3), B32 x 8192 74.3 us (100.3, 107.2). Nsight
 Compute there (logs/stalls-mla_sm90_fp8-*.txt): shared-memory wavefronts 69 % of peak, DRAM 60 %
 at its clocks, the consumers' waits for data 0.5 % of the samples: the two chains now contend for
-shared memory. Measured and not kept (logs/probe-fp8-v5.txt): the scores' K from registers (each
-chunk loaded in the wgmma operand layout, 2-byte loads, and stored from there for P V) instead of
-the fp16 buffer, 136.7 us against 125.4.
+shared memory. Measured and not kept: the scores' K from registers instead of the fp16 buffer,
+each chunk loaded in the wgmma operand layout (2-byte loads) and stored from there for P V, 136.7
+us against 125.4 (logs/probe-fp8-v5.txt); the same with 16-byte loads, the columns read in a
+permuted order that makes the loaded registers the operand layout (the queries stored in that
+order, the output put back; 512 fewer shared-memory wavefronts a tile, no 2-byte loads),
+126.1-127.7 against 124.7 (logs/probe-fp8-v6.txt): less shared-memory traffic does not shorten a
+warpgroup's chain, whose steps wait on each other.
 
 Shared memory (latent 512, 16 rows): two fp8 stages of 64 keys x 576 (72 KiB; stage ``w`` holds
 warpgroup ``w``'s tiles, refilled by the producer as soon as its tile is converted), two fp16
