@@ -146,8 +146,8 @@ _FP8_CONFIGS = {**_CONFIGS, 16: (64, 4, 1, 2, "keys", "queries")}
 SM90_GLUON = True
 _GLUON_MIN_KEYS = 512
 # Calls of at most 32 query rows a program (tokens x heads: 16-head models, speculative tokens)
-# that ``mla_sm90_narrow`` takes run it, under the same conditions (sm_90, bf16/fp16, not
-# batch-invariant, tables of at least _GLUON_MIN_KEYS keys): its products transposed, the 64-key
+# that ``mla_sm90_narrow`` takes run it, under the same conditions (sm_90, bf16/fp16 queries over
+# a cache of their dtype or fp8, not batch-invariant, tables of at least _GLUON_MIN_KEYS keys): its products transposed, the 64-key
 # tile as wgmma's M, one program an SM, split like the wide one. H100, 2026-11-26, CUDA-graph
 # replays, us, against this module's kernel in the same run (benchmarks/results/
 # mla_decode-NVIDIA-H100-80GB-HBM3-2026-11-26-b.txt): B128 x 4096 H16 209.3 / 220.1, B32 x 8192
@@ -156,7 +156,10 @@ _GLUON_MIN_KEYS = 512
 SM90_NARROW = True
 # fp8 caches of at most 16 query rows a program that the narrow kernel takes run ``mla_sm90_fp8``
 # (two warpgroups on alternate tiles, a producer warp); with 32 rows, the narrow kernel's own fp8
-# path (one tile at a time).
+# path (one tile at a time). H100, 2026-11-26, graph replays, us, e4m3 (benchmarks/results/
+# gpu-2026-11-26c/logs/fp8-probe-2.txt): B128 x 4096 H16 125.6 (the narrow kernel's path 187.3,
+# this module's kernel 200.3), B32 x 8192 H16 74.3 (100.3, 107.2), 2 tokens B64 x 4096 H16 on the
+# narrow path 137.0 (198.4).
 SM90_FP8 = True
 # Heads one program holds (the M dimension of the dots is at most 64 rows).
 _MAX_HEADS_PER_PROGRAM = 64
