@@ -506,7 +506,9 @@ def prepare_mla_decode(
             if num_splits == 1:
                 return mla_sm90.prepare(scale=scale, causal=causal, split_tokens=_NO_SPLIT, call=call, block_q=block_q)
             if write_partial:
-                # the narrow kernel signals after its key loop (the wide one does not)
+                # the narrow kernels signal after their key loops; the wide one does not (H100, B1 x
+                # 32768 H128, graph replays: signalling after its key loop, 49.3 / 48.7 us against
+                # 43.2 without PDL; B4 x 16384 58.4 / 58.0; gpu-2026-11-26c/logs/pdl-probe.txt)
                 pdl = block_q > 0 and use_pdl(q_latent.device)
                 workspace = _Workspace(True, num_tokens, num_splits, num_heads, latent, q_latent.device)
                 return mla_sm90.prepare(

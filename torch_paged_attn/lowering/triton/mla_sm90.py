@@ -132,6 +132,13 @@ if gluon is not None:
     _P_OPERAND = gl.constexpr(gl.DotOperandLayout(operand_index=0, parent=_ACC, k_width=2))
 
     @gluon.jit
+    def _signal_dependents():
+        """The key loop is done: the kernel launched after this one with programmatic dependent
+        launch (the combine kernel; ``paged_attention._PDL``) may start."""
+        gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
+                                  is_pure=False, pack=1)
+
+    @gluon.jit
     def _token_sequence(tok, query_start_loc_ptr, stride_qsl, num_seqs):
         """The sequence of token ``tok``: the last ``b`` with ``query_start_loc[b] <= tok`` (the
         last sequence for a padding token past ``query_start_loc[-1]``)."""

@@ -66,7 +66,7 @@ try:  # Gluon ships with Triton >= 3.5
     )
 
     from ._sm90 import thread_barrier
-    from .mla_sm90 import _finite
+    from .mla_sm90 import _finite, _signal_dependents
     from .mla_sm90_narrow import _convert, _issue, _program, _query_unit, _store
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gluon = None
@@ -217,8 +217,7 @@ if gluon is not None:
             mbarrier.arrive(done_bar.index(0))
         else:
             if USE_PDL:  # the key loops are done: the combine kernel may launch (paged_attention._PDL)
-                gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
-                                          is_pure=False, pack=1)
+                _signal_dependents()
             mbarrier.wait(done_bar.index(0), 0)
             m_1 = ml_smem.index(0).load(_COL)
             l_1 = ml_smem.index(1).load(_COL)

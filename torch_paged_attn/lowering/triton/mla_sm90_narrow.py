@@ -73,7 +73,7 @@ try:  # Gluon ships with Triton >= 3.5
     )
 
     from ._sm90 import thread_barrier, tma_load
-    from .mla_sm90 import _block_row, _finite, _page_row, _token_sequence, _zero_rows
+    from .mla_sm90 import _block_row, _finite, _page_row, _signal_dependents, _token_sequence, _zero_rows
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gluon = None
 
@@ -450,8 +450,7 @@ if gluon is not None:
                                num_pages, num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
 
         if USE_PDL:  # the key loop is done: the combine kernel may launch (paged_attention._PDL)
-            gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
-                                      is_pure=False, pack=1)
+            _signal_dependents()
 
         # -- epilogue: O / l and lse = (m + log2 l) * LSE_UNIT, row r to (token, head) --
         has_keys = l_i != 0.0

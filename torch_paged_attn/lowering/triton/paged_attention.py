@@ -146,8 +146,11 @@ _COMBINE_MIN_PROGRAMS: int | None = None  # programs to cover; None: the SM coun
 # 97.10 / 97.84; MLA B128 x 4096 H16 222.67, 224.05 / 221.87, 221.22 / 222.48; MLA B32 x 8192 H16
 # 117.83, 117.95 / 117.19, 117.98 / 116.27. At the start it cost B1 12 % (not profiled: the
 # combine kernel's 128 programs then sat resident beside the attention kernel's 256 for its whole
-# run); after the key loop it gains 0.2-1.4 % on each shape. The Gluon MLA kernel does not
-# signal, so its combine kernel launches without PDL (MLA B1 x 32768 H128: 43.10 off, 43.68 with).
+# run); after the key loop it gains 0.2-1.4 % on each shape. The narrow Gluon MLA kernels
+# (mla_sm90_narrow, mla_sm90_fp8) signal after their key loops too (B32 x 8192 H16: 112.82 with,
+# 113.44 off); the wide one does not, so its combine kernel launches without PDL (B1 x 32768 H128:
+# 43.10 off, 43.68 with PDL and no signal; signalling after the key loop of its left warpgroup
+# 49.28 / 48.67 against 43.18 / 43.21 off, gpu-2026-11-26c/logs/pdl-probe.txt).
 _PDL = True
 # Split size meaning "no split": one range covers every key position (sequences < 2^28 keys).
 _NO_SPLIT = 2**28
