@@ -358,11 +358,18 @@ def constants(num_heads: int, block_q: int, pdl: bool) -> dict:
     return dict(HEADS=num_heads, BLOCK_Q=block_q, USE_PDL=bool(pdl), CONSUMER_REGS=REGS_CONSUMER, num_warps=4)
 
 
+# Shared memory beyond the kernel's own buffers: the epilogue's layout change of float32
+# partials (64 x 16 x 4 bytes), the row statistics and barriers. Latent 512, split (float32
+# partials): 231872 bytes in all, sm_90 SASS, against 227328 for the buffers.
+_SCRATCH = 64 * ROWS * 4 + 512
+
+
 def smem_fits(latent: int) -> bool:
-    """Two fp8 stages, two fp16 latent buffers, Q and two P tiles within an sm_90 program's shared memory."""
+    """Two fp8 stages, two fp16 latent buffers, Q, two P tiles and ``_SCRATCH`` within an sm_90
+    program's shared memory."""
     chunks = latent // 64 + 1
     need = 2 * chunks * 64 * 64 + 2 * (latent // 64) * 64 * 64 * 2 + chunks * ROWS * 64 * 2 + 2 * 64 * ROWS * 2
-    return need + narrow.SMEM_SPARE <= narrow.SMEM_BYTES
+    return need + _SCRATCH <= narrow.SMEM_BYTES
 
 
 def declines(q_latent: Tensor, kv_cache: Tensor, block_q: int) -> str | None:
@@ -371,4 +378,6 @@ def declines(q_latent: Tensor, kv_cache: Tensor, block_q: int) -> str | None:
         return "an fp8 cache only"
     if narrow.rows(q_latent.shape[1], block_q) != ROWS:
         return f"rows: query tokens x heads at most {ROWS} a program"
+    if not smem_fits(q_latent.shape[2]):
+        return "shared memory"
     return None

@@ -163,6 +163,17 @@ if gluon is not None:
             tma_load(kv_desc, [row, c * 64], bar, kv_smem.index(stage * CHUNKS + c))
 
     @gluon.jit
+    def _refill(kv_desc, kv_smem, ready, stage, key0, blk, seq_row_ptr, stride_bt_block, num_pages, num_blocks,
+                block_rows, CHUNKS: gl.constexpr, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr):
+        """The tile from ``key0`` into ``stage``: ``_issue_page`` with its block id ``blk`` loaded
+        earlier where a page holds the tile (``BOX`` 64), else ``_issue``."""
+        if BOX == _TILE:
+            _issue_page(kv_desc, kv_smem, ready, stage, key0, blk, num_blocks, block_rows, CHUNKS, BLOCK_SIZE)
+        else:
+            _issue(kv_desc, kv_smem, ready, stage, key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks,
+                   block_rows, CHUNKS, BLOCK_SIZE, BOX)
+
+    @gluon.jit
     def _convert(kv_smem, base, cv_smem, cbase, tail, CHUNKS: gl.constexpr, WARPS: gl.constexpr):
         """An fp8 stage's ``CHUNKS`` chunks from chunk ``base`` as fp16 (exact) into the operand
         buffer ``cv_smem`` from its chunk ``cbase``, rows ``>= tail`` zero (the cache may hold NaN
@@ -376,6 +387,8 @@ if gluon is not None:
             if BOX == _TILE:  # and the block id of tile j + STAGES (one page), which this stage takes next
                 page2 = (key0 + STAGES * _TILE) // BLOCK_SIZE
                 blk2 = gl.load(seq_row_ptr + page2 * stride_bt_block, mask=page2 < num_pages, other=-1)
+            else:  # (_refill loads them itself)
+                blk2 = 0
             mbarrier.wait(ready.index(st), (j // STAGES) & 1)
             if IS_FP8:  # the stage to fp16, then free for tile j + STAGES at once
                 ops = cv_smem
@@ -387,12 +400,8 @@ if gluon is not None:
                 fence_async_shared()
                 thread_barrier()
                 if j + STAGES < n_tiles:
-                    if BOX == _TILE:
-                        _issue_page(kv_desc, kv_smem, ready, st, key0 + STAGES * _TILE, blk2, num_blocks, block_rows,
-                                    CHUNKS, BLOCK_SIZE)
-                    else:
-                        _issue(kv_desc, kv_smem, ready, st, key0 + STAGES * _TILE, seq_row_ptr, stride_bt_block,
-                               num_pages, num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
+                    _refill(kv_desc, kv_smem, ready, st, key0 + STAGES * _TILE, blk2, seq_row_ptr, stride_bt_block,
+                            num_pages, num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
             else:
                 ops = kv_smem
                 obase = base
@@ -442,12 +451,8 @@ if gluon is not None:
             # puts a CTA barrier before the copies: every warp's products have read the stage)
             if not IS_FP8:
                 if j + STAGES < n_tiles:
-                    if BOX == _TILE:
-                        _issue_page(kv_desc, kv_smem, ready, st, key0 + STAGES * _TILE, blk2, num_blocks, block_rows,
-                                    CHUNKS, BLOCK_SIZE)
-                    else:
-                        _issue(kv_desc, kv_smem, ready, st, key0 + STAGES * _TILE, seq_row_ptr, stride_bt_block,
-                               num_pages, num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
+                    _refill(kv_desc, kv_smem, ready, st, key0 + STAGES * _TILE, blk2, seq_row_ptr, stride_bt_block,
+                            num_pages, num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
 
         if USE_PDL:  # the key loop is done: the combine kernel may launch (paged_attention._PDL)
             _signal_dependents()
@@ -477,7 +482,6 @@ if gluon is not None:
         if HAS_LSE:
             lse = gl.where(has_keys, (m_i + gl.log2(gl.where(has_keys, l_i, 1.0))) * LSE_UNIT, float("-inf"))
             gl.store(lse_ptr + tok_c * stride_lse_tok + (r_c % HEADS) * stride_lse_head, lse, mask=row_ok)
-
 
 def grid_blocks(num_tokens: int, num_seqs: int, block_q: int) -> int:
     """Programs along grid axis 0 (query blocks): one a token for ``block_q`` 1, else
