@@ -67,7 +67,7 @@ try:  # Gluon ships with Triton >= 3.5
 
     from ._sm90 import thread_barrier
     from .mla_sm90 import _finite, _signal_dependents
-    from .mla_sm90_narrow import _convert, _issue, _program, _query_unit, _store
+    from .mla_sm90_narrow import _convert, _issue, _program, _query_unit, _write
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gluon = None
 
@@ -238,30 +238,9 @@ if gluon is not None:
             o6 = _merged(o6, b0, o_view, 6, b1, VCH)
             o7 = _merged(o7, b0, o_view, 7, b1, VCH)
             # -- epilogue: O / l (times the scale: the output itself) and lse = (m + log2 l) * LSE_UNIT --
-            has_keys = l_i != 0.0
-            inv_l = gl.where(has_keys, 1.0 / gl.where(has_keys, l_i, 1.0), 0.0)
-            if LSE_UNIT != 1.0:  # the output itself (partials leave the scale to the combine)
-                inv_l = inv_l * kv_scale
-            inv_l = gl.expand_dims(inv_l, 0)
-            row_ok = (t_c < BLOCK_Q) & (q_block_start + t_c < q_len)
-            tok_c = (q_start + q_block_start + t_c).to(gl.int64)
-            st_layout: gl.constexpr = gl.BlockedLayout([4, 1], [16, 2], [1, 4], [0, 1])
-            r_s = gl.arange(0, _ROWS, layout=gl.SliceLayout(0, st_layout))
-            t_s = r_s // HEADS
-            o_cols = gl.expand_dims((q_start + q_block_start + t_s).to(gl.int64) * stride_o_tok
-                                    + (r_s % HEADS) * stride_o_head, 0)
-            o_ok = gl.expand_dims((t_s < BLOCK_Q) & (q_block_start + t_s < q_len), 0)
-            _store(out_ptr, o0, 0, inv_l, o_cols, o_ok, VCH, st_layout)
-            _store(out_ptr, o1, 1, inv_l, o_cols, o_ok, VCH, st_layout)
-            _store(out_ptr, o2, 2, inv_l, o_cols, o_ok, VCH, st_layout)
-            _store(out_ptr, o3, 3, inv_l, o_cols, o_ok, VCH, st_layout)
-            _store(out_ptr, o4, 4, inv_l, o_cols, o_ok, VCH, st_layout)
-            _store(out_ptr, o5, 5, inv_l, o_cols, o_ok, VCH, st_layout)
-            _store(out_ptr, o6, 6, inv_l, o_cols, o_ok, VCH, st_layout)
-            _store(out_ptr, o7, 7, inv_l, o_cols, o_ok, VCH, st_layout)
-            if HAS_LSE:
-                lse = gl.where(has_keys, (m_i + gl.log2(gl.where(has_keys, l_i, 1.0))) * LSE_UNIT, float("-inf"))
-                gl.store(lse_ptr + tok_c * stride_lse_tok + (r_c % HEADS) * stride_lse_head, lse, mask=row_ok)
+            _write(out_ptr, lse_ptr, o0, o1, o2, o3, o4, o5, o6, o7, m_i, l_i, kv_scale, r_c, t_c, q_start,
+                   q_block_start, q_len, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head, HEADS, BLOCK_Q,
+                   _ROWS, VCH, LSE_UNIT != 1.0, HAS_LSE, LSE_UNIT, 4)
 
     @gluon.jit
     def _park(o_view, o0, o1, o2, o3, o4, o5, o6, o7, VCH: gl.constexpr):

@@ -208,6 +208,41 @@ if gluon is not None:
         return gl.exp2(gl.minimum(gl.maximum(e, -100.0), 100.0))
 
     @gluon.jit
+    def _write(out_ptr, lse_ptr, o0, o1, o2, o3, o4, o5, o6, o7, m_i, l_i, out_scale, r_c, t_c, q_start, q_block_start,
+               q_len, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head, HEADS: gl.constexpr,
+               BLOCK_Q: gl.constexpr, ROWS: gl.constexpr, VCH: gl.constexpr, SCALED: gl.constexpr,
+               HAS_LSE: gl.constexpr, LSE_UNIT: gl.constexpr, WARPS: gl.constexpr):
+        """The epilogue of a program's state ``(m, l, O^T)``: O^T's blocks over l (times
+        ``out_scale`` when ``SCALED``: an fp8 cache's scale, on the output itself; partials leave it
+        to the combine kernel) to ``out``, and lse = (m + log2 l) * LSE_UNIT; query row ``r_c``
+        (token ``t_c = r_c // HEADS`` of the program's block, head ``r_c % HEADS``); by ``WARPS``
+        warps."""
+        has_keys = l_i != 0.0
+        inv_l = gl.where(has_keys, 1.0 / gl.where(has_keys, l_i, 1.0), 0.0)
+        if SCALED:
+            inv_l = inv_l * out_scale
+        inv_l = gl.expand_dims(inv_l, 0)
+        row_ok = (t_c < BLOCK_Q) & (q_block_start + t_c < q_len)
+        tok_c = (q_start + q_block_start + t_c).to(gl.int64)
+        st_layout: gl.constexpr = gl.BlockedLayout([4, 1], [16, 2], [1, WARPS], [0, 1])
+        r_s = gl.arange(0, ROWS, layout=gl.SliceLayout(0, st_layout))
+        t_s = r_s // HEADS
+        o_cols = gl.expand_dims((q_start + q_block_start + t_s).to(gl.int64) * stride_o_tok
+                                + (r_s % HEADS) * stride_o_head, 0)
+        o_ok = gl.expand_dims((t_s < BLOCK_Q) & (q_block_start + t_s < q_len), 0)
+        _store(out_ptr, o0, 0, inv_l, o_cols, o_ok, VCH, st_layout)
+        _store(out_ptr, o1, 1, inv_l, o_cols, o_ok, VCH, st_layout)
+        _store(out_ptr, o2, 2, inv_l, o_cols, o_ok, VCH, st_layout)
+        _store(out_ptr, o3, 3, inv_l, o_cols, o_ok, VCH, st_layout)
+        _store(out_ptr, o4, 4, inv_l, o_cols, o_ok, VCH, st_layout)
+        _store(out_ptr, o5, 5, inv_l, o_cols, o_ok, VCH, st_layout)
+        _store(out_ptr, o6, 6, inv_l, o_cols, o_ok, VCH, st_layout)
+        _store(out_ptr, o7, 7, inv_l, o_cols, o_ok, VCH, st_layout)
+        if HAS_LSE:
+            lse = gl.where(has_keys, (m_i + gl.log2(gl.where(has_keys, l_i, 1.0))) * LSE_UNIT, float("-inf"))
+            gl.store(lse_ptr + tok_c * stride_lse_tok + (r_c % HEADS) * stride_lse_head, lse, mask=row_ok)
+
+    @gluon.jit
     def _program(pid_q, split, block_table_ptr, seq_lens_ptr, query_start_loc_ptr, num_tokens, num_seqs, max_blocks,
                  split_tokens, stride_bt_seq, stride_sl, stride_qsl, BLOCK_Q: gl.constexpr, BLOCK_SIZE: gl.constexpr,
                  CAUSAL: gl.constexpr):
@@ -458,30 +493,13 @@ if gluon is not None:
             _signal_dependents()
 
         # -- epilogue: O / l and lse = (m + log2 l) * LSE_UNIT, row r to (token, head) --
-        has_keys = l_i != 0.0
-        inv_l = gl.where(has_keys, 1.0 / gl.where(has_keys, l_i, 1.0), 0.0)
-        if IS_FP8 and LSE_UNIT != 1.0:  # the output itself (partials leave the scale to the combine)
-            inv_l = inv_l * kv_scale
-        inv_l = gl.expand_dims(inv_l, 0)
-        row_ok = (t_c < BLOCK_Q) & (q_block_start + t_c < q_len)
-        tok_c = (q_start + q_block_start + t_c).to(gl.int64)
-        st_layout: gl.constexpr = gl.BlockedLayout([4, 1], [16, 2], [1, WARPS], [0, 1])
-        r_s = gl.arange(0, ROWS, layout=gl.SliceLayout(0, st_layout))
-        t_s = r_s // HEADS
-        o_cols = gl.expand_dims((q_start + q_block_start + t_s).to(gl.int64) * stride_o_tok
-                                + (r_s % HEADS) * stride_o_head, 0)
-        o_ok = gl.expand_dims((t_s < BLOCK_Q) & (q_block_start + t_s < q_len), 0)
-        _store(out_ptr, o0, 0, inv_l, o_cols, o_ok, VCH, st_layout)
-        _store(out_ptr, o1, 1, inv_l, o_cols, o_ok, VCH, st_layout)
-        _store(out_ptr, o2, 2, inv_l, o_cols, o_ok, VCH, st_layout)
-        _store(out_ptr, o3, 3, inv_l, o_cols, o_ok, VCH, st_layout)
-        _store(out_ptr, o4, 4, inv_l, o_cols, o_ok, VCH, st_layout)
-        _store(out_ptr, o5, 5, inv_l, o_cols, o_ok, VCH, st_layout)
-        _store(out_ptr, o6, 6, inv_l, o_cols, o_ok, VCH, st_layout)
-        _store(out_ptr, o7, 7, inv_l, o_cols, o_ok, VCH, st_layout)
-        if HAS_LSE:
-            lse = gl.where(has_keys, (m_i + gl.log2(gl.where(has_keys, l_i, 1.0))) * LSE_UNIT, float("-inf"))
-            gl.store(lse_ptr + tok_c * stride_lse_tok + (r_c % HEADS) * stride_lse_head, lse, mask=row_ok)
+        if IS_FP8:
+            out_scale = kv_scale
+        else:
+            out_scale = 1.0
+        _write(out_ptr, lse_ptr, o0, o1, o2, o3, o4, o5, o6, o7, m_i, l_i, out_scale, r_c, t_c, q_start, q_block_start,
+               q_len, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head, HEADS, BLOCK_Q, ROWS, VCH,
+               IS_FP8 and LSE_UNIT != 1.0, HAS_LSE, LSE_UNIT, WARPS)
 
 def grid_blocks(num_tokens: int, num_seqs: int, block_q: int) -> int:
     """Programs along grid axis 0 (query blocks): one a token for ``block_q`` 1, else
