@@ -67,7 +67,7 @@ try:  # Gluon ships with Triton >= 3.5
 
     from ._sm90 import thread_barrier
     from .mla_sm90 import _finite, _signal_dependents
-    from .mla_sm90_narrow import _convert, _issue, _program, _query_unit, _write
+    from .mla_sm90_narrow import _convert, _issue, _program, _query_unit, _softmax_scaled, _values, _write
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gluon = None
 
@@ -181,11 +181,7 @@ if gluon is not None:
             visible = gl.expand_dims((blk >= 0) & (blk < num_blocks) & (keys < kv_end), 1)
             if CAUSAL and BLOCK_Q > 1:
                 visible = visible & (gl.expand_dims(keys, 1) <= gl.expand_dims(pos_c, 0))
-            s = gl.where(visible, s * qk_scale, float("-inf"))
-            m_new = gl.maximum(m_i, gl.max(s, 0))
-            m_ref = _finite(m_new)
-            alpha = gl.exp2(m_i - m_ref)
-            p = gl.exp2(s - gl.expand_dims(m_ref, 0))
+            p, alpha, m_new = _softmax_scaled(s, visible, m_i, qk_scale)
             l_i = l_i * alpha + gl.sum(p, 0)
             m_i = m_new
             a = gl.expand_dims(alpha, 0)
@@ -194,17 +190,8 @@ if gluon is not None:
             fence_async_shared()
             thread_barrier()
             # O^T += V^T P^T, one wgmma group per 64 latent columns
-            pt = p_smem.index(wg)
-            o0 = narrow._pv(o0, cv_smem, st * VCH, 0, pt, VCH)
-            o1 = narrow._pv(o1, cv_smem, st * VCH, 1, pt, VCH)
-            o2 = narrow._pv(o2, cv_smem, st * VCH, 2, pt, VCH)
-            o3 = narrow._pv(o3, cv_smem, st * VCH, 3, pt, VCH)
-            o4 = narrow._pv(o4, cv_smem, st * VCH, 4, pt, VCH)
-            o5 = narrow._pv(o5, cv_smem, st * VCH, 5, pt, VCH)
-            o6 = narrow._pv(o6, cv_smem, st * VCH, 6, pt, VCH)
-            o7 = narrow._pv(o7, cv_smem, st * VCH, 7, pt, VCH)
-            o0, o1, o2, o3, o4, o5, o6, o7 = warpgroup_mma_wait(num_outstanding=0,
-                                                                 deps=(o0, o1, o2, o3, o4, o5, o6, o7))
+            o0, o1, o2, o3, o4, o5, o6, o7 = _values(o0, o1, o2, o3, o4, o5, o6, o7, cv_smem, st * VCH,
+                                                     p_smem.index(wg), VCH)
 
         # -- the right warpgroup's state to the left one, through its own (now idle) fp16 buffer:
         # as float32 [64, 16] blocks, blocks 2 VCH .. of the whole buffer --

@@ -300,6 +300,30 @@ if gluon is not None:
         return o
 
     @gluon.jit
+    def _values(o0, o1, o2, o3, o4, o5, o6, o7, ops, base, p_smem, VCH: gl.constexpr):
+        """``O^T += V^T P^T`` over the latent chunks of the tile from chunk ``base`` of ``ops`` (one
+        wgmma group per 64 columns), waited for."""
+        o0 = _pv(o0, ops, base, 0, p_smem, VCH)
+        o1 = _pv(o1, ops, base, 1, p_smem, VCH)
+        o2 = _pv(o2, ops, base, 2, p_smem, VCH)
+        o3 = _pv(o3, ops, base, 3, p_smem, VCH)
+        o4 = _pv(o4, ops, base, 4, p_smem, VCH)
+        o5 = _pv(o5, ops, base, 5, p_smem, VCH)
+        o6 = _pv(o6, ops, base, 6, p_smem, VCH)
+        o7 = _pv(o7, ops, base, 7, p_smem, VCH)
+        return warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3, o4, o5, o6, o7))
+
+    @gluon.jit
+    def _softmax_scaled(s, visible, m_i, qk_scale):
+        """One tile of the online softmax down the columns of ``S^T`` with the scores scaled before
+        the mask (an fp8 cache: a NaN or zero scale then leaves masked keys at -inf): ``(P^T,
+        alpha, m_new)``."""
+        s = gl.where(visible, s * qk_scale, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, 0))
+        m_ref = _finite(m_new)
+        return gl.exp2(s - gl.expand_dims(m_ref, 0)), gl.exp2(m_i - m_ref), m_new
+
+    @gluon.jit
     def _store(out_ptr, o, c: gl.constexpr, inv_l, o_cols, o_ok, VCH: gl.constexpr, layout: gl.constexpr):
         """Latent chunk ``c`` of O^T (64 columns x the rows), divided by l, to ``out`` through
         ``layout`` (each thread 4 consecutive columns of one row: 16-byte stores of float32
@@ -449,12 +473,8 @@ if gluon is not None:
             visible = gl.expand_dims((blk >= 0) & (blk < num_blocks) & (keys < kv_end), 1)
             if CAUSAL and BLOCK_Q > 1:
                 visible = visible & (gl.expand_dims(keys, 1) <= gl.expand_dims(pos_c, 0))
-            if IS_FP8:  # scaled before the mask: a NaN or zero scale then leaves masked keys at -inf
-                s = gl.where(visible, s * qk_scale, float("-inf"))
-                m_new = gl.maximum(m_i, gl.max(s, 0))
-                m_ref = _finite(m_new)
-                alpha = gl.exp2(m_i - m_ref)
-                p = gl.exp2(s - gl.expand_dims(m_ref, 0))
+            if IS_FP8:
+                p, alpha, m_new = _softmax_scaled(s, visible, m_i, qk_scale)
             else:
                 s = gl.where(visible, s, float("-inf"))
                 # online softmax down the columns
@@ -472,16 +492,7 @@ if gluon is not None:
             fence_async_shared()
             thread_barrier()
             # O^T += V^T P^T, one wgmma group per 64 latent columns
-            o0 = _pv(o0, ops, obase, 0, p_smem, VCH)
-            o1 = _pv(o1, ops, obase, 1, p_smem, VCH)
-            o2 = _pv(o2, ops, obase, 2, p_smem, VCH)
-            o3 = _pv(o3, ops, obase, 3, p_smem, VCH)
-            o4 = _pv(o4, ops, obase, 4, p_smem, VCH)
-            o5 = _pv(o5, ops, obase, 5, p_smem, VCH)
-            o6 = _pv(o6, ops, obase, 6, p_smem, VCH)
-            o7 = _pv(o7, ops, obase, 7, p_smem, VCH)
-            o0, o1, o2, o3, o4, o5, o6, o7 = warpgroup_mma_wait(num_outstanding=0,
-                                                                 deps=(o0, o1, o2, o3, o4, o5, o6, o7))
+            o0, o1, o2, o3, o4, o5, o6, o7 = _values(o0, o1, o2, o3, o4, o5, o6, o7, ops, obase, p_smem, VCH)
             # tile j's products are done: its stage takes tile j + 2 (Triton's barrier analysis
             # puts a CTA barrier before the copies: every warp's products have read the stage)
             if not IS_FP8:
