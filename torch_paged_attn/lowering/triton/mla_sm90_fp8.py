@@ -67,7 +67,9 @@ try:  # Gluon ships with Triton >= 3.5
 
     from ._sm90 import thread_barrier
     from .mla_sm90 import _finite, _signal_dependents
-    from .mla_sm90_narrow import _convert, _issue, _program, _query_unit, _softmax_scaled, _values, _write
+    from .mla_sm90_narrow import (
+        _convert, _empty_state, _issue, _program, _query_unit, _softmax_scaled, _values, _write,
+    )
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gluon = None
 
@@ -143,16 +145,7 @@ if gluon is not None:
         r_c = gl.arange(0, _ROWS, layout=_COL)
         t_c = r_c // HEADS
         pos_c = context + q_block_start + t_c  # each row's position (causal: keys <= pos)
-        m_i = gl.full([_ROWS], float("-inf"), gl.float32, _COL)
-        l_i = gl.zeros([_ROWS], gl.float32, _COL)
-        o0 = gl.zeros([_TILE, _ROWS], gl.float32, _ACC)
-        o1 = o0
-        o2 = o0
-        o3 = o0
-        o4 = o0
-        o5 = o0
-        o6 = o0
-        o7 = o0
+        m_i, l_i, o0, o1, o2, o3, o4, o5, o6, o7 = _empty_state(_ROWS, _ACC)
         for i in range((n_tiles + 1 - wg) // 2):
             # stage and buffer indices the compiler cannot fold (i < 2**30): the wgmma descriptors
             # are then formed where they are used, not hoisted out of the loop (as mla_sm90's)

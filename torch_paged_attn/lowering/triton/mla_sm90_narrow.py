@@ -300,6 +300,13 @@ if gluon is not None:
         return o
 
     @gluon.jit
+    def _empty_state(ROWS: gl.constexpr, acc_layout: gl.constexpr):
+        """A program's state before its first key: ``(m, l, O^T's eight [64, ROWS] blocks)``."""
+        o = gl.zeros([_TILE, ROWS], gl.float32, acc_layout)
+        col: gl.constexpr = gl.SliceLayout(0, acc_layout)
+        return gl.full([ROWS], float("-inf"), gl.float32, col), gl.zeros([ROWS], gl.float32, col), o, o, o, o, o, o, o, o
+
+    @gluon.jit
     def _values(o0, o1, o2, o3, o4, o5, o6, o7, ops, base, p_smem, VCH: gl.constexpr):
         """``O^T += V^T P^T`` over the latent chunks of the tile from chunk ``base`` of ``ops`` (one
         wgmma group per 64 columns), waited for."""
@@ -424,16 +431,7 @@ if gluon is not None:
         r_c = gl.arange(0, ROWS, layout=col_layout)
         t_c = r_c // HEADS
         pos_c = context + q_block_start + t_c  # each row's position (causal: keys <= pos)
-        m_i = gl.full([ROWS], float("-inf"), gl.float32, col_layout)
-        l_i = gl.zeros([ROWS], gl.float32, col_layout)
-        o0 = gl.zeros([_TILE, ROWS], gl.float32, acc_layout)
-        o1 = o0
-        o2 = o0
-        o3 = o0
-        o4 = o0
-        o5 = o0
-        o6 = o0
-        o7 = o0
+        m_i, l_i, o0, o1, o2, o3, o4, o5, o6, o7 = _empty_state(ROWS, acc_layout)
         for j in range(n_tiles):
             st = j % STAGES
             key0 = key_lo + j * _TILE
