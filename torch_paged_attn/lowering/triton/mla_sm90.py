@@ -67,6 +67,7 @@ from torch import Tensor
 
 from . import _sm90
 from ._launch import launcher, same_as
+from .paged_attention import _FP8
 
 try:  # Gluon ships with Triton >= 3.5
     from triton.experimental import gluon
@@ -95,18 +96,29 @@ REGS_PRODUCER = 24
 
 def declines(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor) -> str | None:
     """Why this kernel does not take the call (None: it takes it). Static facts only."""
+    latent, rope = q_latent.shape[2], q_rope.shape[2]
+    if latent % 128 or rope != 64 or latent + rope > 576:
+        shape = "latent a multiple of 128 up to 512, rope 64"
+    else:
+        shape = "heads: a multiple of 64" if q_latent.shape[1] % HEADS else None
+    return gluon_mla_declines(q_latent, q_rope, kv_cache, False, shape)
+
+
+def gluon_mla_declines(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, fp8: bool, shape: str | None) -> str | None:
+    """What every Gluon MLA kernel asks of a call, in this order: a device and Triton it runs on,
+    bf16/fp16 queries over a cache of their dtype (or fp8 where ``fp8``), the kernel's own shape
+    rules (``shape``: why they fail, None where they hold), a cache TMA reads
+    (``_sm90.cache_declines``, strided views included) and queries with a contiguous last
+    dimension. None: the kernel takes the call."""
     reason = _sm90.unavailable(q_latent)
     if reason:
         return reason
+    caches = (q_latent.dtype, *_FP8) if fp8 else (q_latent.dtype,)
     if q_latent.dtype not in (torch.bfloat16, torch.float16) or q_rope.dtype != q_latent.dtype \
-            or kv_cache.dtype != q_latent.dtype:
-        return "dtype: bf16/fp16 queries and cache of the same dtype only"
-    latent, rope = q_latent.shape[2], q_rope.shape[2]
-    if latent % 128 or rope != 64 or latent + rope > 576:
-        return "latent a multiple of 128 up to 512, rope 64"
-    num_heads = q_latent.shape[1]
-    if num_heads % HEADS:
-        return "heads: a multiple of 64"
+            or kv_cache.dtype not in caches:
+        return "dtype: bf16/fp16 queries over a cache of their dtype" + (" or fp8" if fp8 else "")
+    if shape:
+        return shape
     reason = _sm90.cache_declines((kv_cache,), strided=True)
     if reason:
         return reason
@@ -589,7 +601,7 @@ def _launcher(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: T
         from . import mla_sm90_narrow as narrow
 
         grid = (narrow.grid_blocks(num_tokens, num_seqs, block_q), 1, num_splits)
-        fp8 = kv_cache.dtype in narrow.FP8
+        fp8 = kv_cache.dtype in _FP8
         if mla.SM90_FP8 and mla_sm90_fp8.declines(q_latent, kv_cache, block_q) is None:
             kernel, own = mla_sm90_fp8._mla_fp8_kernel, mla_sm90_fp8.constants(num_heads, block_q, pdl)
         else:
@@ -660,7 +672,7 @@ def prepare(*, scale: float, causal: bool, split_tokens: int, call: tuple, works
         has_lse = True
     go = _launcher(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, so, sl, num_splits, lse_unit,
                    has_lse, scale, causal, split_tokens, block_q, pdl and workspace is not None)
-    fp8 = kv_cache.dtype not in (torch.bfloat16, torch.float16)  # the narrow kernel's fp8 caches
+    fp8 = kv_cache.dtype in _FP8  # (the narrow kernels' fp8 caches)
 
     def attend(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, kv_scale):
         if plain_eager(q_latent):  # the op's body directly: nothing traces

@@ -57,6 +57,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from . import mla_sm90_narrow as narrow
+from .paged_attention import _FP8
 
 try:  # Gluon ships with Triton >= 3.5
     from triton.experimental import gluon
@@ -333,7 +334,7 @@ def smem_fits(latent: int) -> bool:
 
 def declines(q_latent: Tensor, kv_cache: Tensor, block_q: int) -> str | None:
     """Why this kernel does not take a call the narrow kernel takes (None: it takes it)."""
-    if kv_cache.dtype not in narrow.FP8:
+    if kv_cache.dtype not in _FP8:
         return "an fp8 cache only"
     if narrow.rows(q_latent.shape[1], block_q) != ROWS:
         return f"rows: query tokens x heads at most {ROWS} a program"

@@ -59,11 +59,10 @@ once).
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
-from . import _sm90
 from ._launch import next_power_of_2
+from .mla_sm90 import gluon_mla_declines
 
 try:  # Gluon ships with Triton >= 3.5
     from triton.experimental import gluon
@@ -80,7 +79,6 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
 LOG2E = 1.4426950408889634
 TILE_N = 64  # keys a tile: wgmma's M
 MAX_ROWS = 32  # query tokens x heads a program (wgmma's N)
-FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 SMEM_BYTES = 232448  # an sm_90 program's shared memory (227 KiB)
 # left for the compiler's own (barriers, alignment; its scratch buffers overlap dead ones): fp8 at
 # 32 rows, three stages, took 536 bytes beyond the kernel's buffers (225816 in all, sm_90 SASS)
@@ -115,23 +113,14 @@ def rows(num_heads: int, block_q: int) -> int:
 def declines(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_q: int) -> str | None:
     """Why this kernel does not take the call with ``block_q`` query tokens a program (None: it
     takes it). Static facts only."""
-    reason = _sm90.unavailable(q_latent)
-    if reason:
-        return reason
-    if q_latent.dtype not in (torch.bfloat16, torch.float16) or q_rope.dtype != q_latent.dtype \
-            or kv_cache.dtype not in (q_latent.dtype, *FP8):
-        return "dtype: bf16/fp16 queries, a cache of their dtype or fp8"
     latent, rope = q_latent.shape[2], q_rope.shape[2]
     if latent % 64 or latent > 512 or rope != 64:
-        return "latent a multiple of 64 up to 512, rope 64"
-    if q_latent.shape[1] * block_q > MAX_ROWS:
-        return f"rows: query tokens x heads at most {MAX_ROWS} a program"
-    reason = _sm90.cache_declines((kv_cache,), strided=True)
-    if reason:
-        return reason
-    if q_latent.stride(2) != 1 or q_rope.stride(2) != 1:
-        return "queries: contiguous last dimension"
-    return None
+        shape = "latent a multiple of 64 up to 512, rope 64"
+    elif q_latent.shape[1] * block_q > MAX_ROWS:
+        shape = f"rows: query tokens x heads at most {MAX_ROWS} a program"
+    else:
+        shape = None
+    return gluon_mla_declines(q_latent, q_rope, kv_cache, True, shape)
 
 
 if gluon is not None:
