@@ -31,9 +31,22 @@ order, the output put back; 512 fewer shared-memory wavefronts a tile, no 2-byte
 126.1-127.7 against 124.7 (logs/probe-fp8-v6.txt): less shared-memory traffic does not shorten a
 warpgroup's chain, whose steps wait on each other.
 
+What did shorten it: barriers Triton's barrier analysis had put in, which tells shared memory
+apart by allocation only (sm_90 SASS). Into one fp16 buffer, each of a tile's eight converted
+chunks waited at a barrier of the warpgroup for the chunk before it; with one allocation a chunk
+(``mla_sm90_narrow._rings8`` / ``_rings9``, the stages likewise) none does. The row sums are kept
+per key slot and reduced across the warps once, after the loop (one reduction and its barriers a
+tile less). And the query scale (``_query_unit``) is one reduction instead of one per chunk: the
+nine per-chunk reductions, each two barriers, made the prologue's nine query loads wait for each
+other. H100, 2026-11-26, graph replays, against main 0ff2888 in the same process
+(gpu-2026-11-26d/logs/probe*.txt): fp8 B128 x 4096 H16 125.4 -> 124.7 (the chunk buffers) ->
+123.8 (and the row sums) -> 118.0-118.3 us (and the stage buffers and the query scale, measured
+together) = 85.7-86.6 % of copy; B32 x 8192 74.3 -> 66.7 us.
+
 Shared memory (latent 512, 16 rows): two fp8 stages of 64 keys x 576 (72 KiB; stage ``w`` holds
 warpgroup ``w``'s tiles, refilled by the producer as soon as its tile is converted), two fp16
-latent buffers of 64 x 512 (128 KiB), Q in fp16 (18 KiB), two P tiles (4 KiB): 222 KiB of the 227.
+latent tiles of 64 x 512 (128 KiB; one allocation a chunk), Q in fp16 (18 KiB), two P tiles (4
+KiB): 222 KiB of the 227.
 No room for an fp16 rope chunk: the rope columns of ``S^T`` take their A operand from registers
 (the fp8 chunk loaded in the wgmma operand layout and converted there; its rows past the
 sequence hold anything: their scores are masked).
@@ -69,7 +82,7 @@ try:  # Gluon ships with Triton >= 3.5
     from ._sm90 import thread_barrier
     from .mla_sm90 import _finite, _signal_dependents
     from .mla_sm90_narrow import (
-        _convert, _empty_state, _issue, _program, _query_unit, _softmax_scaled, _values, _write,
+        _convert, _empty_state, _issue, _program, _query_unit, _rings8, _rings9, _softmax_scaled, _values, _write,
     )
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gluon = None
@@ -95,18 +108,18 @@ if gluon is not None:
     _PLAIN1 = gl.constexpr(gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0]))
 
     @gluon.jit
-    def _producer(kv_desc, kv_smem, ready, empty, key_lo, n_tiles, seq_row_ptr, stride_bt_block, num_pages,
+    def _producer(kv_desc, kvs, ready, empty, key_lo, n_tiles, seq_row_ptr, stride_bt_block, num_pages,
                   num_blocks, block_rows, CHUNKS: gl.constexpr, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr):
         """One warp: tile j into stage ``j % 2`` once its warpgroup has converted tile ``j - 2``."""
         for j in range(n_tiles):
             st = j % 2
             mbarrier.wait(empty.index(st), ((j // 2) & 1) ^ 1)
-            _issue(kv_desc, kv_smem, ready, st, key_lo + j * _TILE, seq_row_ptr, stride_bt_block, num_pages,
+            _issue(kv_desc, kvs, ready, st, key_lo + j * _TILE, seq_row_ptr, stride_bt_block, num_pages,
                    num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
 
     @gluon.jit
-    def _consumer(wg: gl.constexpr, q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, kv_scale_ptr, kv_smem, cv_smem,
-                  q_smem, p_smem, ml_smem, ready, empty, q_bar, done_bar, scale, q_start, q_block_start, q_len,
+    def _consumer(wg: gl.constexpr, q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, kv_scale_ptr, kvs, cv_own,
+                  cv_park, q_smem, p_smem, ml_smem, ready, empty, q_bar, done_bar, scale, q_start, q_block_start, q_len,
                   context, key_lo, kv_end, n_tiles, num_pages, num_blocks, seq_row_ptr, stride_bt_block,
                   stride_ql_tok, stride_ql_head, stride_qr_tok, stride_qr_head, stride_o_tok, stride_o_head,
                   stride_lse_tok, stride_lse_head, HEADS: gl.constexpr, BLOCK_Q: gl.constexpr,
@@ -147,6 +160,7 @@ if gluon is not None:
         t_c = r_c // HEADS
         pos_c = context + q_block_start + t_c  # each row's position (causal: keys <= pos)
         m_i, l_i, o0, o1, o2, o3, o4, o5, o6, o7 = _empty_state(_ROWS, _ACC)
+        l_k = o0  # the row sums per key slot, reduced across the warps once, after the loop
         for i in range((n_tiles + 1 - wg) // 2):
             # stage and buffer indices the compiler cannot fold (i < 2**30): the wgmma descriptors
             # are then formed where they are used, not hoisted out of the loop (as mla_sm90's)
@@ -159,15 +173,15 @@ if gluon is not None:
             mbarrier.wait(ready.index(st), i & 1)
             # the rope chunk to registers, the latent chunks to this warpgroup's fp16 buffer; the
             # stage is then free for the producer
-            rope = kv_smem.index(st * CHUNKS + VCH).load(_A_OPERAND).to(gl.float16)
-            _convert(kv_smem, st * CHUNKS, cv_smem, st * VCH, kv_end - key0, VCH, 4)
+            rope = kvs[VCH].index(st).load(_A_OPERAND).to(gl.float16)
+            _convert(kvs, st, cv_own, kv_end - key0, VCH, 4)
             fence_async_shared()
             thread_barrier()
             mbarrier.arrive(empty.index(st))
             # S^T = K Q^T: [64 keys, 16 rows]
             s = gl.zeros([_TILE, _ROWS], gl.float32, _ACC)
             for c in gl.static_range(VCH):
-                s = warpgroup_mma(cv_smem.index(st * VCH + c), q_smem.index(c).permute((1, 0)), s, is_async=True)
+                s = warpgroup_mma(cv_own[c].index(z), q_smem.index(c).permute((1, 0)), s, is_async=True)
             s = warpgroup_mma(rope, q_smem.index(VCH).permute((1, 0)), s, is_async=True)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
             # scaled, then masked (a NaN or zero scale leaves masked keys at -inf): keys past kv_end
@@ -176,24 +190,24 @@ if gluon is not None:
             if CAUSAL and BLOCK_Q > 1:
                 visible = visible & (gl.expand_dims(keys, 1) <= gl.expand_dims(pos_c, 0))
             p, alpha, m_new = _softmax_scaled(s, visible, m_i, qk_scale)
-            l_i = l_i * alpha + gl.sum(p, 0)
             m_i = m_new
             a = gl.expand_dims(alpha, 0)
+            l_k = l_k * a + p
             o0, o1, o2, o3, o4, o5, o6, o7 = o0 * a, o1 * a, o2 * a, o3 * a, o4 * a, o5 * a, o6 * a, o7 * a
             p_smem.index(wg).store(p.to(gl.float16))
             fence_async_shared()
             thread_barrier()
             # O^T += V^T P^T, one wgmma group per 64 latent columns
-            o0, o1, o2, o3, o4, o5, o6, o7 = _values(o0, o1, o2, o3, o4, o5, o6, o7, cv_smem, st * VCH,
-                                                     p_smem.index(wg), VCH)
+            o0, o1, o2, o3, o4, o5, o6, o7 = _values(o0, o1, o2, o3, o4, o5, o6, o7, cv_own, z, p_smem.index(wg),
+                                                     VCH)
 
-        # -- the right warpgroup's state to the left one, through its own (now idle) fp16 buffer:
-        # as float32 [64, 16] blocks, blocks 2 VCH .. of the whole buffer --
-        o_view = cv_smem._reinterpret(gl.float32, [4 * VCH, _TILE, _ROWS], _PLAIN2)
+        l_i = gl.sum(l_k, 0)
+        # -- the right warpgroup's state to the left one, through its own (now idle) fp16 buffers:
+        # one float32 [64, 16] block of O^T in each --
         if wg == 1:
             ml_smem.index(0).store(m_i)
             ml_smem.index(1).store(l_i)
-            _park(o_view, o0, o1, o2, o3, o4, o5, o6, o7, VCH)
+            _park(cv_park, o0, o1, o2, o3, o4, o5, o6, o7, VCH)
             thread_barrier()
             mbarrier.arrive(done_bar.index(0))
         else:
@@ -210,43 +224,48 @@ if gluon is not None:
             m_i = m
             b0 = gl.expand_dims(a0, 0)
             b1 = gl.expand_dims(a1, 0)
-            o0 = _merged(o0, b0, o_view, 0, b1, VCH)
-            o1 = _merged(o1, b0, o_view, 1, b1, VCH)
-            o2 = _merged(o2, b0, o_view, 2, b1, VCH)
-            o3 = _merged(o3, b0, o_view, 3, b1, VCH)
-            o4 = _merged(o4, b0, o_view, 4, b1, VCH)
-            o5 = _merged(o5, b0, o_view, 5, b1, VCH)
-            o6 = _merged(o6, b0, o_view, 6, b1, VCH)
-            o7 = _merged(o7, b0, o_view, 7, b1, VCH)
+            o0 = _merged(o0, b0, cv_park, 0, b1, VCH)
+            o1 = _merged(o1, b0, cv_park, 1, b1, VCH)
+            o2 = _merged(o2, b0, cv_park, 2, b1, VCH)
+            o3 = _merged(o3, b0, cv_park, 3, b1, VCH)
+            o4 = _merged(o4, b0, cv_park, 4, b1, VCH)
+            o5 = _merged(o5, b0, cv_park, 5, b1, VCH)
+            o6 = _merged(o6, b0, cv_park, 6, b1, VCH)
+            o7 = _merged(o7, b0, cv_park, 7, b1, VCH)
             # -- epilogue: O / l (times the scale: the output itself) and lse = (m + log2 l) * LSE_UNIT --
             _write(out_ptr, lse_ptr, o0, o1, o2, o3, o4, o5, o6, o7, m_i, l_i, kv_scale, r_c, t_c, q_start,
                    q_block_start, q_len, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head, HEADS, BLOCK_Q,
                    _ROWS, VCH, LSE_UNIT != 1.0, HAS_LSE, LSE_UNIT, 4)
 
     @gluon.jit
-    def _park(o_view, o0, o1, o2, o3, o4, o5, o6, o7, VCH: gl.constexpr):
-        """The right warpgroup's O^T blocks (those the latent has) into ``o_view`` from block 2 VCH."""
-        o_view.index(2 * VCH).store(o0)
-        if VCH > 1:
-            o_view.index(2 * VCH + 1).store(o1)
-        if VCH > 2:
-            o_view.index(2 * VCH + 2).store(o2)
-        if VCH > 3:
-            o_view.index(2 * VCH + 3).store(o3)
-        if VCH > 4:
-            o_view.index(2 * VCH + 4).store(o4)
-        if VCH > 5:
-            o_view.index(2 * VCH + 5).store(o5)
-        if VCH > 6:
-            o_view.index(2 * VCH + 6).store(o6)
-        if VCH > 7:
-            o_view.index(2 * VCH + 7).store(o7)
+    def _block(cvs, c: gl.constexpr):
+        """Latent chunk ``c``'s fp16 buffer as one float32 [64, 16] block (the right warpgroup's O^T)."""
+        return cvs[c]._reinterpret(gl.float32, [2, _TILE, _ROWS], _PLAIN2).index(0)
 
     @gluon.jit
-    def _merged(o, b0, o_view, c: gl.constexpr, b1, VCH: gl.constexpr):
+    def _park(cvs, o0, o1, o2, o3, o4, o5, o6, o7, VCH: gl.constexpr):
+        """The right warpgroup's O^T blocks (those the latent has) into its chunk buffers ``cvs``."""
+        _block(cvs, 0).store(o0)
+        if VCH > 1:
+            _block(cvs, 1).store(o1)
+        if VCH > 2:
+            _block(cvs, 2).store(o2)
+        if VCH > 3:
+            _block(cvs, 3).store(o3)
+        if VCH > 4:
+            _block(cvs, 4).store(o4)
+        if VCH > 5:
+            _block(cvs, 5).store(o5)
+        if VCH > 6:
+            _block(cvs, 6).store(o6)
+        if VCH > 7:
+            _block(cvs, 7).store(o7)
+
+    @gluon.jit
+    def _merged(o, b0, cvs, c: gl.constexpr, b1, VCH: gl.constexpr):
         """``o * b0 + O_1[c] * b1``: block ``c`` of both warpgroups' O^T, each rescaled to the merged max."""
         if c < VCH:
-            o = o * b0 + o_view.index(2 * VCH + c).load(_ACC) * b1
+            o = o * b0 + _block(cvs, c).load(_ACC) * b1
         return o
 
     @gluon.jit(do_not_specialize=["num_tokens", "num_seqs", "max_blocks", "split_tokens"])
@@ -281,8 +300,11 @@ if gluon is not None:
 
         f16_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
         p_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=16, rank=2)
-        kv_smem = gl.allocate_shared_memory(kv_desc.dtype, [2 * CHUNKS, _TILE, 64], kv_desc.layout)
-        cv_smem = gl.allocate_shared_memory(gl.float16, [2 * VCH, _TILE, 64], f16_layout)
+        kv_dtype: gl.constexpr = kv_desc.dtype
+        kv_layout: gl.constexpr = kv_desc.layout
+        kvs = _rings9(CHUNKS, 2, _TILE, kv_dtype, kv_layout)
+        cv0 = _rings8(VCH, 1, _TILE, gl.float16, f16_layout)
+        cv1 = _rings8(VCH, 1, _TILE, gl.float16, f16_layout)
         q_smem = gl.allocate_shared_memory(gl.float16, [CHUNKS, _ROWS, 64], f16_layout)
         p_smem = gl.allocate_shared_memory(gl.float16, [2, _TILE, _ROWS], p_layout)
         ml_smem = gl.allocate_shared_memory(gl.float32, [2, _ROWS], _PLAIN1)
@@ -298,17 +320,17 @@ if gluon is not None:
         fence_async_shared()
 
         gl.warp_specialize([
-            (_consumer, (0, q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, kv_scale_ptr, kv_smem, cv_smem, q_smem,
+            (_consumer, (0, q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, kv_scale_ptr, kvs, cv0, cv1, q_smem,
                          p_smem, ml_smem, ready, empty, q_bar, done_bar, scale, q_start, q_block_start, q_len, context,
                          key_lo, kv_end, n_tiles, num_pages, num_blocks, seq_row_ptr, stride_bt_block, stride_ql_tok,
                          stride_ql_head, stride_qr_tok, stride_qr_head, stride_o_tok, stride_o_head, stride_lse_tok,
                          stride_lse_head, HEADS, BLOCK_Q, LATENT, BLOCK_SIZE, CAUSAL, HAS_LSE, LSE_UNIT, USE_PDL)),
-            (_consumer, (1, q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, kv_scale_ptr, kv_smem, cv_smem, q_smem,
+            (_consumer, (1, q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, kv_scale_ptr, kvs, cv1, cv1, q_smem,
                          p_smem, ml_smem, ready, empty, q_bar, done_bar, scale, q_start, q_block_start, q_len, context,
                          key_lo, kv_end, n_tiles, num_pages, num_blocks, seq_row_ptr, stride_bt_block, stride_ql_tok,
                          stride_ql_head, stride_qr_tok, stride_qr_head, stride_o_tok, stride_o_head, stride_lse_tok,
                          stride_lse_head, HEADS, BLOCK_Q, LATENT, BLOCK_SIZE, CAUSAL, HAS_LSE, LSE_UNIT, USE_PDL)),
-            (_producer, (kv_desc, kv_smem, ready, empty, key_lo, n_tiles, seq_row_ptr, stride_bt_block, num_pages,
+            (_producer, (kv_desc, kvs, ready, empty, key_lo, n_tiles, seq_row_ptr, stride_bt_block, num_pages,
                          num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)),
         ], [4, 1], [CONSUMER_REGS, _REGS_PRODUCER])
 
@@ -328,7 +350,9 @@ def smem_fits(latent: int) -> bool:
     """Two fp8 stages, two fp16 latent buffers, Q, two P tiles and ``_SCRATCH`` within an sm_90
     program's shared memory."""
     chunks = latent // 64 + 1
-    need = 2 * chunks * 64 * 64 + 2 * (latent // 64) * 64 * 64 * 2 + chunks * ROWS * 64 * 2 + 2 * 64 * ROWS * 2
+    vch = latent // 64
+    unused = (9 - chunks) + 2 * (8 - vch)  # the rings' [1, 8, 64] stand-ins past the latent (1 KiB a piece, aligned)
+    need = 2 * chunks * 64 * 64 + 2 * vch * 64 * 64 * 2 + unused * 1024 + chunks * ROWS * 64 * 2 + 2 * 64 * ROWS * 2
     return need + _SCRATCH <= narrow.SMEM_BYTES
 
 

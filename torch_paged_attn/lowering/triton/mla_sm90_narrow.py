@@ -31,9 +31,10 @@ fp8 caches: the products run in fp16 (fp8 values are fp16 values; bf16 queries a
 power of two into fp16's range, ``_query_unit``), the cache's scale in the scores and the
 output. Each landed stage is converted into one fp16 operand tile in shared memory (value rows
 past the sequence zeroed there) and refilled at once, so the 36 KiB fp8 stages go three deep
-(``stages``). H100, 2026-11-26, graph replays: 2 tokens B64 x 4096 H16 on e4m3 137.0 us against
-198.4 for the Triton kernel (gpu-2026-11-26c/logs/fp8-probe-2.txt); one warpgroup's chain of
-conversion, products and softmax bounds it (``mla_sm90_fp8``'s docstring has the profile).
+(``stages``). H100, 2026-11-26, graph replays: 2 tokens B64 x 4096 H16 on e4m3 125.4-126.8 us
+(137.1-139.2 before the chunk buffers above; the Triton kernel 198.4,
+gpu-2026-11-26d/logs/probe-3.txt); one warpgroup's chain of conversion, products and softmax
+bounds it (``mla_sm90_fp8``'s docstring has the profile).
 
 Grid: (query block, 1, split). ``BLOCK_Q`` 1: program t is token t; more: the query blocks of
 each sequence as ``paged_attention._attention_kernel`` numbers them (``T // BLOCK_Q + B + 1``
@@ -42,17 +43,28 @@ form a pseudo-sequence without keys). Split-KV (``mla_sm90.launch`` with 4-D ``o
 covers keys ``[split * split_tokens, + split_tokens)`` and writes its normalised partial output
 and log2 LSE (0 and -inf for no keys) for ``mla``'s combine kernel.
 
-H100, 2026-11-26 (benchmarks/RESULTS.md, "second run"), CUDA-graph replays: B128 x 4096 H16 209.3
-us (96.9 % of copy; FlashInfer 210.4, the Triton kernel 220.1), B32 x 8192 H16 112.7 (FlashInfer
-111.6), 2 tokens B64 x 4096 H16 120.8 (FlashInfer 116.0). Nsight Compute there: the 32-row
-programs' two warpgroups each read the tile for their own products and meet at every cross-warp
-reduction's barrier, and with two stages about one tile is in flight per SM.
+Buffers: each 64-column chunk of the stages, of the fp16 operand tile and of Q is its own
+allocation (``_rings9``). Triton's barrier analysis tells shared memory apart by allocation only:
+into one buffer each chunk's store waited at a barrier for the chunk before it, which in the
+prologue made each of the nine query chunks' global loads wait for the previous chunk's store
+(sm_90 SASS: load, store, barrier, nine times; now nine loads in flight at once).
+
+H100, 2026-11-26 (benchmarks/RESULTS.md, "fourth run"), CUDA-graph replays: B128 x 4096 H16 207.4
+us (97.8 % of copy; FlashInfer 209.2, the Triton kernel 220.2), B32 x 8192 H16 110.9 (FlashInfer
+111.9), 2 tokens B64 x 4096 H16 119.0 (FlashInfer 115.7). The query chunks' own allocations took
+1.5-2.0, 1.5-2.1 and 2.1 us off these (probe against main 0ff2888 in one process,
+gpu-2026-11-26d/logs/probe-3.txt; the stages' own allocations alone changed none of them,
+probe-2.txt: their copies keep the barrier Triton's TMA lowering puts before each). Nsight Compute
+(second run): the 32-row programs' two warpgroups each read the tile for their own products and
+meet at every cross-warp reduction's barrier, and with two stages about one tile is in flight per
+SM.
 
 Layouts: q_latent/out ``[T, H, L]``, q_rope ``[T, H, R]`` (last stride 1), kv_cache ``[NB, BS, L +
 R]`` (any ``_sm90.row_layout`` view); partials ``[T, S, H, L]`` and ``[T, S, H]`` float32. Shared
 memory: ``2 x 64 x (L + R) x 2`` (stages) + ``ROWS x (L + R) x 2`` (Q) + ``64 x ROWS x 2`` (P)
 bytes: 164 KiB at 576 columns and 16 rows, one program an SM; fp8: ``STAGES x 64 x (L + R)`` + the
-fp16 tile ``64 x (L + R) x 2`` + Q + P (220 KiB at 32 rows, three stages). Bytes moved: ``sum_b kv_b * (L + R) * cache_bytes`` (each
+fp16 tile ``64 x (L + R) x 2`` + Q + P (220 KiB at 32 rows, three stages); below latent 512 each
+unused chunk buffer is a 1 KiB stand-in (``_ring``). Bytes moved: ``sum_b kv_b * (L + R) * cache_bytes`` (each
 program reads its keys once) + ``T * H * (2L + R) * q_bytes`` (+ the partials, written and read
 once).
 """
@@ -72,7 +84,7 @@ try:  # Gluon ships with Triton >= 3.5
     )
 
     from ._sm90 import thread_barrier, tma_load
-    from .mla_sm90 import _block_row, _finite, _page_row, _signal_dependents, _token_sequence, _zero_rows
+    from .mla_sm90 import _block_row, _finite, _page_row, _signal_dependents, _token_sequence
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gluon = None
 
@@ -101,7 +113,8 @@ def stages(num_rows: int, latent: int, fp8: bool) -> int:
     if not fp8:
         return 2
     chunks = latent // 64 + 1
-    fixed = chunks * TILE_N * 64 * 2 + chunks * num_rows * 64 * 2 + TILE_N * num_rows * 2 + SMEM_SPARE
+    unused = 2 * (9 - chunks) * 1024  # the two rings' [1, 8, 64] stand-ins past the latent (``_rings9``)
+    fixed = chunks * TILE_N * 64 * 2 + chunks * num_rows * 64 * 2 + TILE_N * num_rows * 2 + unused + SMEM_SPARE
     return max(2, min(4, (SMEM_BYTES - fixed) // (chunks * TILE_N * 64)))
 
 
@@ -128,20 +141,21 @@ if gluon is not None:
     _LOG2E = gl.constexpr(LOG2E)
 
     @gluon.jit
-    def _issue(kv_desc, kv_smem, ready, stage, key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks, block_rows,
+    def _issue(kv_desc, kvs, ready, stage, key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks, block_rows,
                CHUNKS: gl.constexpr, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr):
-        """The 64-key tile from ``key0`` into ``stage``: one TMA box of ``BOX`` rows x 64 columns a
-        page and chunk, completing on the stage's ``ready`` barrier."""
+        """The 64-key tile from ``key0`` into ``stage`` of the chunk rings ``kvs`` (``_rings9``): one
+        TMA box of ``BOX`` rows x 64 columns a page and chunk, completing on the stage's ``ready``
+        barrier."""
         bar = ready.index(stage)
         mbarrier.expect(bar, _TILE * 64 * CHUNKS * kv_desc.dtype.primitive_bitwidth // 8)
         for i in gl.static_range(_TILE // BOX):
             row = _page_row(key0 + i * BOX, seq_row_ptr, stride_bt_block, num_pages, num_blocks, block_rows,
                             BLOCK_SIZE)
             for c in gl.static_range(CHUNKS):
-                tma_load(kv_desc, [row, c * 64], bar, kv_smem.index(stage * CHUNKS + c).slice(i * BOX, BOX))
+                tma_load(kv_desc, [row, c * 64], bar, kvs[c].index(stage).slice(i * BOX, BOX))
 
     @gluon.jit
-    def _issue_page(kv_desc, kv_smem, ready, stage, key0, blk, num_blocks, block_rows, CHUNKS: gl.constexpr,
+    def _issue_page(kv_desc, kvs, ready, stage, key0, blk, num_blocks, block_rows, CHUNKS: gl.constexpr,
                     BLOCK_SIZE: gl.constexpr):
         """``_issue`` for a tile within one page (block size >= 64) whose block id ``blk`` (-1:
         none) was loaded earlier."""
@@ -149,36 +163,77 @@ if gluon is not None:
         bar = ready.index(stage)
         mbarrier.expect(bar, _TILE * 64 * CHUNKS * kv_desc.dtype.primitive_bitwidth // 8)
         for c in gl.static_range(CHUNKS):
-            tma_load(kv_desc, [row, c * 64], bar, kv_smem.index(stage * CHUNKS + c))
+            tma_load(kv_desc, [row, c * 64], bar, kvs[c].index(stage))
 
     @gluon.jit
-    def _refill(kv_desc, kv_smem, ready, stage, key0, blk, seq_row_ptr, stride_bt_block, num_pages, num_blocks,
+    def _refill(kv_desc, kvs, ready, stage, key0, blk, seq_row_ptr, stride_bt_block, num_pages, num_blocks,
                 block_rows, CHUNKS: gl.constexpr, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr):
         """The tile from ``key0`` into ``stage``: ``_issue_page`` with its block id ``blk`` loaded
         earlier where a page holds the tile (``BOX`` 64), else ``_issue``."""
         if BOX == _TILE:
-            _issue_page(kv_desc, kv_smem, ready, stage, key0, blk, num_blocks, block_rows, CHUNKS, BLOCK_SIZE)
+            _issue_page(kv_desc, kvs, ready, stage, key0, blk, num_blocks, block_rows, CHUNKS, BLOCK_SIZE)
         else:
-            _issue(kv_desc, kv_smem, ready, stage, key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks,
+            _issue(kv_desc, kvs, ready, stage, key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks,
                    block_rows, CHUNKS, BLOCK_SIZE, BOX)
 
     @gluon.jit
-    def _convert(kv_smem, base, cv_smem, cbase, tail, CHUNKS: gl.constexpr, WARPS: gl.constexpr):
-        """An fp8 stage's ``CHUNKS`` chunks from chunk ``base`` as fp16 (exact) into the operand
-        buffer ``cv_smem`` from its chunk ``cbase``, rows ``>= tail`` zero (the cache may hold NaN
-        past a sequence's last key, and 0 * NaN is NaN): each thread 16 bytes of a row in, 32 out;
-        the caller fences before a wgmma reads them. A loop, not unrolled: H100, fp8 B128 x 4096
-        H16, graph replays, 188.8 us against 193.5 unrolled and 195.9 with each chunk's product
-        issued as soon as it was converted (gpu-2026-11-26c/logs/probe-v*.txt)."""
+    def _ring(c: gl.constexpr, N: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, dtype: gl.constexpr,
+              layout: gl.constexpr):
+        """Chunk ``c``'s buffer of ``DEPTH`` [ROWS, 64] tiles ([1, 8, 64], unused, for ``c >= N``)."""
+        D: gl.constexpr = DEPTH if c < N else 1
+        R: gl.constexpr = ROWS if c < N else 8
+        return gl.allocate_shared_memory(dtype, [D, R, 64], layout)
+
+    @gluon.jit
+    def _rings8(N: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, dtype: gl.constexpr, layout: gl.constexpr):
+        """Eight chunk buffers (``_ring``), one allocation each: latent chunks."""
+        return (_ring(0, N, DEPTH, ROWS, dtype, layout), _ring(1, N, DEPTH, ROWS, dtype, layout),
+                _ring(2, N, DEPTH, ROWS, dtype, layout), _ring(3, N, DEPTH, ROWS, dtype, layout),
+                _ring(4, N, DEPTH, ROWS, dtype, layout), _ring(5, N, DEPTH, ROWS, dtype, layout),
+                _ring(6, N, DEPTH, ROWS, dtype, layout), _ring(7, N, DEPTH, ROWS, dtype, layout))
+
+    @gluon.jit
+    def _rings9(N: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, dtype: gl.constexpr, layout: gl.constexpr):
+        """Nine chunk buffers (``_ring``), one allocation each: the latent chunks and the rope one
+        (chunk ``N - 1``). Why one allocation a chunk: Triton's barrier analysis tells shared
+        memory apart by allocation only, so into one buffer every chunk's store waited at a barrier
+        for the chunk before it (sm_90 SASS): eight barriers a tile in the fp8 conversion, and in
+        the prologue each of the nine query chunks' global load issued only after the previous
+        chunk's store and barrier (nine load latencies in a row)."""
+        return (_ring(0, N, DEPTH, ROWS, dtype, layout), _ring(1, N, DEPTH, ROWS, dtype, layout),
+                _ring(2, N, DEPTH, ROWS, dtype, layout), _ring(3, N, DEPTH, ROWS, dtype, layout),
+                _ring(4, N, DEPTH, ROWS, dtype, layout), _ring(5, N, DEPTH, ROWS, dtype, layout),
+                _ring(6, N, DEPTH, ROWS, dtype, layout), _ring(7, N, DEPTH, ROWS, dtype, layout),
+                _ring(8, N, DEPTH, ROWS, dtype, layout))
+
+    @gluon.jit
+    def _convert(kvs, stage, cvs, tail, N: gl.constexpr, WARPS: gl.constexpr):
+        """Chunks ``[0, N)`` of an fp8 tile (``stage`` of the rings ``kvs``) as fp16 (exact) into
+        the operand buffers ``cvs`` (depth 1), rows ``>= tail`` zero (the cache may hold NaN past a
+        sequence's last key, and 0 * NaN is NaN): each thread 16 bytes of a row in, 32 out; the
+        caller fences before a wgmma reads them."""
         cl: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [WARPS, 1], [1, 0])
         if tail < _TILE:
             rows = gl.expand_dims(gl.arange(0, _TILE, layout=gl.SliceLayout(1, cl)), 1)
-            for c in range(CHUNKS):
-                v = kv_smem.index(base + c).load(cl).to(gl.float16)
-                cv_smem.index(cbase + c).store(gl.where(rows < tail, v, gl.zeros_like(v)))
+            for c in gl.static_range(N):
+                v = kvs[c].index(stage).load(cl).to(gl.float16)
+                cvs[c].index(0).store(gl.where(rows < tail, v, gl.zeros_like(v)))
         else:
-            for c in range(CHUNKS):
-                cv_smem.index(cbase + c).store(kv_smem.index(base + c).load(cl).to(gl.float16))
+            for c in gl.static_range(N):
+                cvs[c].index(0).store(kvs[c].index(stage).load(cl).to(gl.float16))
+
+    @gluon.jit
+    def _zero_rows(kvs, stage, tail, VCH: gl.constexpr, WARPS: gl.constexpr):
+        """Value rows ``>= tail`` of the tile in ``stage`` of the rings ``kvs``, latent chunks, to
+        zero (the cache may hold NaN past a sequence's last key, and 0 * NaN is NaN); the caller
+        fences before a wgmma reads them."""
+        if tail < _TILE:
+            zl: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [WARPS, 1], [1, 0])
+            rows = gl.expand_dims(gl.arange(0, _TILE, layout=gl.SliceLayout(1, zl)), 1)
+            for c in gl.static_range(VCH):
+                buf = kvs[c].index(stage)
+                v = buf.load(zl)
+                buf.store(gl.where(rows < tail, v, gl.zeros_like(v)))
 
     @gluon.jit
     def _query_unit(q_latent_ptr, q_rope_ptr, ql_rows, qr_rows, offs_c, ok_io, CHUNKS: gl.constexpr):
@@ -186,13 +241,13 @@ if gluon is not None:
         2^15) (``paged_attention._fp16_exponent``; 1 for 0): bf16 queries over ``2^e`` are fp16,
         the type fp8 converts to in one instruction, exact above fp16's normal floor (2^-28 of the
         largest, far below bf16's 2^-8 precision)."""
-        amax = 0.0
-        for c in gl.static_range(CHUNKS):
-            if c < CHUNKS - 1:
-                q = gl.load(q_latent_ptr + ql_rows + offs_c + c * 64, mask=ok_io, other=0.0)
-            else:
-                q = gl.load(q_rope_ptr + qr_rows + offs_c, mask=ok_io, other=0.0)
-            amax = gl.maximum(amax, gl.max(gl.max(gl.abs(q.to(gl.float32)), 1), 0))
+        # element-wise over the chunks, then one reduction (one per chunk put two barriers of the
+        # warpgroup in each of nine steps of the prologue: sm_90 SASS)
+        amax = gl.abs(gl.load(q_rope_ptr + qr_rows + offs_c, mask=ok_io, other=0.0).to(gl.float32))
+        for c in gl.static_range(CHUNKS - 1):
+            q = gl.load(q_latent_ptr + ql_rows + offs_c + c * 64, mask=ok_io, other=0.0)
+            amax = gl.maximum(amax, gl.abs(q.to(gl.float32)))
+        amax = gl.max(gl.max(amax, 1), 0)
         e = gl.where(amax > 0, gl.floor(gl.log2(amax)) - 14.0, 0.0)
         return gl.exp2(gl.minimum(gl.maximum(e, -100.0), 100.0))
 
@@ -282,10 +337,11 @@ if gluon is not None:
         return seq, q_start, q_block_start, q_len, context, key_lo, kv_end, n_tiles, num_pages, seq_row_ptr, skip
 
     @gluon.jit
-    def _pv(o, kv_smem, base, c: gl.constexpr, p_smem, VCH: gl.constexpr):
-        """Issue ``O^T[c] += V^T[c] P^T`` for latent chunk ``c`` (when the latent has it)."""
+    def _pv(o, ops, stage, c: gl.constexpr, p_smem, VCH: gl.constexpr):
+        """Issue ``O^T[c] += V^T[c] P^T`` for latent chunk ``c`` (when the latent has it) from
+        ``stage`` of the chunk buffers ``ops``."""
         if c < VCH:
-            o = warpgroup_mma(kv_smem.index(base + c).permute((1, 0)), p_smem, o, is_async=True)
+            o = warpgroup_mma(ops[c].index(stage).permute((1, 0)), p_smem, o, is_async=True)
         return o
 
     @gluon.jit
@@ -296,17 +352,17 @@ if gluon is not None:
         return gl.full([ROWS], float("-inf"), gl.float32, col), gl.zeros([ROWS], gl.float32, col), o, o, o, o, o, o, o, o
 
     @gluon.jit
-    def _values(o0, o1, o2, o3, o4, o5, o6, o7, ops, base, p_smem, VCH: gl.constexpr):
-        """``O^T += V^T P^T`` over the latent chunks of the tile from chunk ``base`` of ``ops`` (one
-        wgmma group per 64 columns), waited for."""
-        o0 = _pv(o0, ops, base, 0, p_smem, VCH)
-        o1 = _pv(o1, ops, base, 1, p_smem, VCH)
-        o2 = _pv(o2, ops, base, 2, p_smem, VCH)
-        o3 = _pv(o3, ops, base, 3, p_smem, VCH)
-        o4 = _pv(o4, ops, base, 4, p_smem, VCH)
-        o5 = _pv(o5, ops, base, 5, p_smem, VCH)
-        o6 = _pv(o6, ops, base, 6, p_smem, VCH)
-        o7 = _pv(o7, ops, base, 7, p_smem, VCH)
+    def _values(o0, o1, o2, o3, o4, o5, o6, o7, ops, stage, p_smem, VCH: gl.constexpr):
+        """``O^T += V^T P^T`` over the latent chunks of the tile in ``stage`` of the chunk
+        buffers ``ops`` (one wgmma group per 64 columns), waited for."""
+        o0 = _pv(o0, ops, stage, 0, p_smem, VCH)
+        o1 = _pv(o1, ops, stage, 1, p_smem, VCH)
+        o2 = _pv(o2, ops, stage, 2, p_smem, VCH)
+        o3 = _pv(o3, ops, stage, 3, p_smem, VCH)
+        o4 = _pv(o4, ops, stage, 4, p_smem, VCH)
+        o5 = _pv(o5, ops, stage, 5, p_smem, VCH)
+        o6 = _pv(o6, ops, stage, 6, p_smem, VCH)
+        o7 = _pv(o7, ops, stage, 7, p_smem, VCH)
         return warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3, o4, o5, o6, o7))
 
     @gluon.jit
@@ -373,10 +429,12 @@ if gluon is not None:
         q_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
         P_SWIZZLE: gl.constexpr = ROWS * 2 if ROWS * 2 <= 128 else 128
         p_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=P_SWIZZLE, element_bitwidth=16, rank=2)
-        kv_smem = gl.allocate_shared_memory(kv_desc.dtype, [STAGES * CHUNKS, _TILE, 64], kv_desc.layout)
+        kv_dtype: gl.constexpr = kv_desc.dtype
+        kv_layout: gl.constexpr = kv_desc.layout
+        kvs = _rings9(CHUNKS, STAGES, _TILE, kv_dtype, kv_layout)
         if IS_FP8:  # the fp16 operand tile
-            cv_smem = gl.allocate_shared_memory(dtype, [CHUNKS, _TILE, 64], q_layout)
-        q_smem = gl.allocate_shared_memory(dtype, [CHUNKS, ROWS, 64], q_layout)
+            cvs = _rings9(CHUNKS, 1, _TILE, dtype, q_layout)
+        qs = _rings9(CHUNKS, 1, ROWS, dtype, q_layout)
         p_smem = gl.allocate_shared_memory(dtype, [_TILE, ROWS], p_layout)
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(STAGES):
@@ -385,7 +443,7 @@ if gluon is not None:
         # the first tiles' copies go out before the queries are read
         for i in gl.static_range(STAGES):
             if n_tiles > i:
-                _issue(kv_desc, kv_smem, ready, i, key_lo + i * _TILE, seq_row_ptr, stride_bt_block, num_pages,
+                _issue(kv_desc, kvs, ready, i, key_lo + i * _TILE, seq_row_ptr, stride_bt_block, num_pages,
                        num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
 
         # -- Q [ROWS, L + R] into shared memory: row r is token r // HEADS, head r % HEADS --
@@ -412,7 +470,7 @@ if gluon is not None:
                 q = gl.load(q_rope_ptr + qr_rows + offs_c, mask=ok_io, other=0.0)
             if IS_FP8:
                 q = (q.to(gl.float32) / q_unit).to(dtype)
-            q_smem.index(c).store(q)
+            qs[c].index(0).store(q)
         fence_async_shared()
         thread_barrier()
 
@@ -424,7 +482,6 @@ if gluon is not None:
         for j in range(n_tiles):
             st = j % STAGES
             key0 = key_lo + j * _TILE
-            base = st * CHUNKS
             # keys past kv_end or on pages with an id outside [0, NB): their block ids are loaded
             # before the tile is waited for (an L2 round trip otherwise between scores and softmax)
             keys = key0 + gl.arange(0, _TILE, layout=key_layout)
@@ -437,24 +494,24 @@ if gluon is not None:
                 blk2 = 0
             mbarrier.wait(ready.index(st), (j // STAGES) & 1)
             if IS_FP8:  # the stage to fp16, then free for tile j + STAGES at once
-                ops = cv_smem
+                ops = cvs
                 # 0, but not to the compiler (as mla_sm90's loops): with a constant base every wgmma
                 # descriptor of the buffer is loop-invariant, and the 26 hoisted descriptors spilled
                 # (255 registers, a 200-byte stack; 204 and none so, sm_90 SASS)
                 obase = j >> 30
-                _convert(kv_smem, base, cv_smem, obase, kv_end - key0, CHUNKS, WARPS)
+                _convert(kvs, st, cvs, kv_end - key0, CHUNKS, WARPS)
                 fence_async_shared()
                 thread_barrier()
                 if j + STAGES < n_tiles:
-                    _refill(kv_desc, kv_smem, ready, st, key0 + STAGES * _TILE, blk2, seq_row_ptr, stride_bt_block,
+                    _refill(kv_desc, kvs, ready, st, key0 + STAGES * _TILE, blk2, seq_row_ptr, stride_bt_block,
                             num_pages, num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
             else:
-                ops = kv_smem
-                obase = base
+                ops = kvs
+                obase = st
             # S^T = K Q^T over the 576 columns: [64 keys, ROWS]
             s = gl.zeros([_TILE, ROWS], gl.float32, acc_layout)
             for c in gl.static_range(CHUNKS):
-                s = warpgroup_mma(ops.index(obase + c), q_smem.index(c).permute((1, 0)), s, is_async=True)
+                s = warpgroup_mma(ops[c].index(obase), qs[c].index(0).permute((1, 0)), s, is_async=True)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
             # masked: those keys, and (causal) keys after a row's position
             visible = gl.expand_dims((blk >= 0) & (blk < num_blocks) & (keys < kv_end), 1)
@@ -474,7 +531,7 @@ if gluon is not None:
             a = gl.expand_dims(alpha, 0)
             o0, o1, o2, o3, o4, o5, o6, o7 = o0 * a, o1 * a, o2 * a, o3 * a, o4 * a, o5 * a, o6 * a, o7 * a
             if not IS_FP8:  # (the conversion zeroed them)
-                _zero_rows(kv_smem, base, kv_end - key0, VCH, WARPS)
+                _zero_rows(kvs, st, kv_end - key0, VCH, WARPS)
             p_smem.store(p.to(dtype))
             fence_async_shared()
             thread_barrier()
@@ -484,7 +541,7 @@ if gluon is not None:
             # puts a CTA barrier before the copies: every warp's products have read the stage)
             if not IS_FP8:
                 if j + STAGES < n_tiles:
-                    _refill(kv_desc, kv_smem, ready, st, key0 + STAGES * _TILE, blk2, seq_row_ptr, stride_bt_block,
+                    _refill(kv_desc, kvs, ready, st, key0 + STAGES * _TILE, blk2, seq_row_ptr, stride_bt_block,
                             num_pages, num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
 
         if USE_PDL:  # the key loop is done: the combine kernel may launch (paged_attention._PDL)
