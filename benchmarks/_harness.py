@@ -208,17 +208,27 @@ def _events_us(fn: Callable[[], Any], reps: int) -> float:
     return percentile(times, 50)
 
 
-def _bench_graph(fns: Sequence[Callable[[], Any]], samples: int, quick: bool) -> Timing:
+def _graph_calls(fns: Sequence[Callable[[], Any]], quick: bool) -> int:
+    """Calls one graph captures: about ``GRAPH_REPLAY_US`` of work a replay, each copy at least once."""
     n = len(fns)
     estimate = _events_us(lambda: [f() for f in fns], 3) / n
     target = GRAPH_REPLAY_US / (4 if quick else 1)
-    calls = max(n, min(MAX_CALLS_PER_GRAPH, math.ceil(target / max(estimate, 1e-3))))
+    return max(n, min(MAX_CALLS_PER_GRAPH, math.ceil(target / max(estimate, 1e-3))))
+
+
+def _capture(fns: Sequence[Callable[[], Any]], calls: int) -> torch.cuda.CUDAGraph:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         for j in range(calls):
-            fns[j % n]()
+            fns[j % len(fns)]()
     graph.replay()
     torch.cuda.synchronize()
+    return graph
+
+
+def _bench_graph(fns: Sequence[Callable[[], Any]], samples: int, quick: bool) -> Timing:
+    calls = _graph_calls(fns, quick)
+    graph = _capture(fns, calls)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(samples)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(samples)]
     for s, e in zip(starts, ends):
@@ -228,7 +238,54 @@ def _bench_graph(fns: Sequence[Callable[[], Any]], samples: int, quick: bool) ->
     torch.cuda.synchronize()
     times = [s.elapsed_time(e) * 1e3 / calls for s, e in zip(starts, ends)]
     del graph
-    return _timing(times, "cuda-graph", calls, n)
+    return _timing(times, "cuda-graph", calls, len(fns))
+
+
+def bench_pair(
+    a: Sequence[Callable[[], Any]], b: Sequence[Callable[[], Any]], device: torch.device, *, quick: bool = False,
+    use_graph: bool = True,
+) -> dict[str, float]:
+    """Two contenders timed side by side: in alternation, ``a`` first in even rounds and ``b``
+    first in odd ones, each sample timed by events, as ``bench`` times one contender: a CUDA-graph
+    replay of each (captured once, the same number of calls), or (``use_graph`` False) one eager
+    call with the L2 flushed before it. A slow drift of the GPU's clocks (power, temperature)
+    between two contenders timed one after the other moves the ratio of their separate medians by
+    a few percent on some shapes; here it moves both samples of a round alike. Returns the median,
+    20th and 80th percentiles of the per-round ratio ``b / a`` (above 1: ``a`` is faster) and each
+    side's median µs a call."""
+    if device.type != "cuda":
+        raise ValueError("bench_pair times CUDA events")
+    rounds = 10 if quick else 60
+    for f in (*a, *b):  # warm-up (compilation, allocator growth)
+        f()
+    torch.cuda.synchronize(device)
+    sides = (a, b)
+    if use_graph:
+        calls = max(_graph_calls(a, quick), _graph_calls(b, quick))
+        graphs = tuple(_capture(fns, calls) for fns in sides)
+        runs = tuple(g.replay for g in graphs)
+    else:
+        calls = 1
+        flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=device)
+    events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(rounds)]
+              for _ in sides]
+    for k in range(rounds):
+        for side in ((0, 1) if k % 2 == 0 else (1, 0)):
+            start, end = events[side][k]
+            if not use_graph:
+                flush.zero_()
+            start.record()
+            if use_graph:
+                runs[side]()
+            else:
+                sides[side][k % len(sides[side])]()
+            end.record()
+    torch.cuda.synchronize(device)
+    us = [[s.elapsed_time(e) * 1e3 / calls for s, e in side] for side in events]
+    ratios = [tb / ta for ta, tb in zip(*us)]
+    return {"ratio_p50": percentile(ratios, 50), "ratio_p20": percentile(ratios, 20),
+            "ratio_p80": percentile(ratios, 80), "a_us": percentile(us[0], 50), "b_us": percentile(us[1], 50),
+            "rounds": rounds, "calls": calls, "method": "cuda-graph" if use_graph else "events+l2-flush"}
 
 
 def _bench_events(fns: Sequence[Callable[[], Any]], samples: int, device: torch.device) -> Timing:

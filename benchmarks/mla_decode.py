@@ -26,7 +26,12 @@ measured matmul rate (``mla_flops``). Targets on an H100 (issue 18): every shape
 FlashInfer, MTP >= 90 % and fp8 >= 85 % of copy. A contender that cannot run prints n/a with the
 reason. Every output is checked against an fp32 gather of two sequences (``max_err``),
 FlashInfer's also against ours (``max_err_vs_ours``); our rows carry ``vs_flashinfer``, our p50
-over FlashInfer's of the same timing. JSON rows go to ``<out>/mla_decode-<gpu>-<date>.json``.
+over FlashInfer's of the same timing. Those two medians are timed one after the other, and the
+GPU's clocks drift between them by about as much as the two differ on some shapes; so on CUDA
+``torch_paged_attn`` and ``flashinfer_mla`` are also timed side by side in each timing, their
+samples alternating (``_harness.bench_pair``): ``paired_vs_flashinfer`` on our row, the median
+per-round ratio of our time over FlashInfer's (below 1: ours is faster) with its 20th-80th
+percentiles, also in the row's note. JSON rows go to ``<out>/mla_decode-<gpu>-<date>.json``.
 """
 
 from __future__ import annotations
@@ -307,6 +312,27 @@ def _ratios(rows: list[H.Row]) -> None:
             r.extra["vs_flashinfer"] = r.p50_us / theirs[suffix]
 
 
+def _paired(rows: list[H.Row], kept: dict[str, "Contender"], device: torch.device, quick: bool) -> None:
+    """``torch_paged_attn`` and ``flashinfer_mla`` timed side by side in each timing
+    (``_harness.bench_pair``): ``extra["paired_vs_flashinfer"]`` on our row of that timing (the
+    median per-round ratio, ours over FlashInfer's, with its 20th-80th percentiles) and a note."""
+    for suffix, use_graph in TIMINGS:
+        ours = next((r for r in rows if r.provider == "torch_paged_attn" + suffix and r.status == "ok"), None)
+        if ours is None or not any(r.provider == "flashinfer_mla" + suffix and r.status == "ok" for r in rows):
+            continue
+        H.progress(f"  paired{suffix or ' (graph)'}: torch_paged_attn vs flashinfer_mla")
+        try:
+            r = H.bench_pair(kept["flashinfer_mla"].fns, kept["torch_paged_attn"].fns, device, quick=quick,
+                             use_graph=use_graph)
+        except Exception as e:  # the paired figure is extra: its failure leaves the rows as they are
+            ours.extra["note"] = "; ".join(x for x in (ours.extra.get("note", ""), f"paired timing failed: {_reason(e)}")
+                                           if x)
+            continue
+        ours.extra["paired_vs_flashinfer"] = r
+        note = f"paired: ours / FlashInfer {r['ratio_p50']:.3f}x ({r['ratio_p20']:.3f}-{r['ratio_p80']:.3f})"
+        ours.extra["note"] = "; ".join(x for x in (ours.extra.get("note", ""), note) if x)
+
+
 def run_shape(s: Shape, device: torch.device, copy_gbps: float, matmul_tflops: float, quick: bool,
               providers: list[str] | None) -> list[H.Row]:
     nbytes, formula = cache_bytes(s)
@@ -318,6 +344,7 @@ def run_shape(s: Shape, device: torch.device, copy_gbps: float, matmul_tflops: f
     want = gather_einsum_call(s, copies[0], torch.float32)[picked]
     rows = []
     ours_out = None  # our first output, the FlashInfer rows' second check
+    kept: dict[str, Contender] = {}  # the contenders of the paired timings (_paired)
     for name, build in CONTENDERS.items():
         if not H.selected(name, providers):
             continue
@@ -358,12 +385,17 @@ def run_shape(s: Shape, device: torch.device, copy_gbps: float, matmul_tflops: f
                     row.extra["pct_matmul"] = 100.0 * row.tflops / matmul_tflops
                 row.extra["note"] = "; ".join(notes)
                 rows.append(row)
+            if device.type == "cuda" and name in ("torch_paged_attn", "flashinfer_mla"):
+                kept[name] = c
         except Exception as e:  # one contender's failure never stops the run
             row = new_row(suffix)
             row.status, row.reason = "n/a", _reason(e)
             rows.append(row)
         c = None
     _ratios(rows)
+    if len(kept) == 2:
+        _paired(rows, kept, device, quick)
+    kept.clear()
     del copies
     gc.collect()
     if device.type == "cuda" and H.cuda_alive(device) is None:
@@ -401,8 +433,9 @@ def main(argv: list[str] | None = None) -> int:
     H.print_table(rows, f"MLA decode ({meta['gpu']}, copy {copy_gbps:.0f} GB/s, matmul {matmul_tflops:.1f} TFLOP/s)")
     for r in rows:
         if r.status == "ok" and "pct_matmul" in r.extra:
-            ratio = r.extra.get("vs_flashinfer")
-            vs = f"   ours / FlashInfer {ratio:.2f}x" if ratio is not None else ""
+            ratio, paired = r.extra.get("vs_flashinfer"), r.extra.get("paired_vs_flashinfer")
+            vs = f"   ours / FlashInfer {ratio:.3f}x" if ratio is not None else ""
+            vs += f" (paired {paired['ratio_p50']:.3f}x)" if paired else ""
             print(f"{r.shape:24s} {r.provider:26s} {r.extra['pct_matmul']:5.1f} % of matmul rate"
                   f"  {r.pct_copy or 0:5.1f} % of copy{vs}")
     print(f"\nJSON: {path}")

@@ -34,11 +34,17 @@ Printed: microseconds (p50, p20-p80), GB/s and % of the copy bandwidth for the b
 move (formulas in ``attention_bytes``, ``cache_update_bytes``, ``merge_bytes``), TFLOP/s for
 prefill shapes, and per timing mode the ratios ``vs FA4`` (FlashAttention-4's p50 over the row's:
 prefill rows, and the flash / auto backends against FA4 called directly on the same inputs, target
->= 0.97x) and ``vs FI`` (the fastest FlashInfer variant's p50 over ours: above 1, ours is faster). A
-contender that cannot run prints n/a with the reason; none can stop the run. Every output (graph
-and eager variants alike) is checked on its first call against an fp32 reference on two sequences
-(``max_err`` in the JSON). JSON rows go to ``<out>/paged_attention-<gpu>-<date>.json``,
-rewritten after every shape so an interrupted run keeps what it measured.
+>= 0.97x) and ``vs FI`` (the fastest FlashInfer variant's p50 over ours: above 1, ours is faster).
+Those ratios divide medians timed one after the other; the GPU's clocks drift between them by a few
+percent on compute-bound shapes. So after a shape's rows two pairs are also timed side by side in
+each mode, their samples alternating (``_harness.bench_pair``): ``torch_paged_attn[flash]`` against
+``flash_attn_4`` and ``torch_paged_attn`` against the faster FlashInfer variant; the row's note
+gives the median ratio of the rounds with its 20th-80th percentiles (JSON: ``paired_vs_fa4``,
+``paired_vs_flashinfer``). A contender that cannot run prints n/a with the reason; none can stop the
+run. Every output (graph and eager variants alike) is checked on its first call against an fp32
+reference on two sequences (``max_err`` in the JSON). JSON rows go to
+``<out>/paged_attention-<gpu>-<date>.json``, rewritten after every shape so an interrupted run keeps
+what it measured.
 """
 
 from __future__ import annotations
@@ -787,6 +793,7 @@ def run_shape(
         build = lambda p: merge(s, p, copies, device)  # noqa: E731
 
     rows = []
+    kept: dict[str, Contender] = {}  # the contenders of the paired timings (_paired)
     for name in names:
         if not H.selected(name, providers):
             continue
@@ -826,9 +833,14 @@ def run_shape(
             except Exception as e:  # one contender's failure never stops the run
                 row.status, row.reason = "n/a", _reason(e)
                 row.p20_us = row.p50_us = row.p80_us = None
+        if device.type == "cuda" and (name in PAIRED or name in FLASHINFER):
+            kept[name] = c
         c = None
 
     _relate(rows)
+    if kept:
+        _paired(rows, kept, device, quick, modes)
+    kept.clear()
     del copies, build
     gc.collect()
     if device.type == "cuda" and H.cuda_alive(device) is None:
@@ -861,6 +873,45 @@ def _relate(rows: list[H.Row]) -> None:
                 cost = 100.0 * (r.p50_us / default.p50_us - 1.0)
                 r.extra["vs_default_pct"] = cost
                 r.extra["note"] = "; ".join(x for x in (f"{cost:+.1f}% vs default", r.extra.get("note", "")) if x)
+
+
+# Contenders timed side by side (``_harness.bench_pair``) against a peer, besides their own rows:
+# the flash backend against FA4 called directly (the wrapper's cost), and the default against the
+# faster FlashInfer variant of the shape.
+PAIRED = ("torch_paged_attn", "torch_paged_attn[flash]", "flash_attn_4")
+
+
+def _paired(rows: list[H.Row], kept: dict[str, "Contender"], device: torch.device, quick: bool,
+            modes: tuple[str, ...]) -> None:
+    """Interleaved timings (``_harness.bench_pair``, in each timing mode) of
+    ``torch_paged_attn[flash]`` against ``flash_attn_4`` and of ``torch_paged_attn`` against the
+    faster FlashInfer variant (by the graph rows' p50), each written to the row of the first:
+    ``extra["paired_vs_fa4"]`` / ``["paired_vs_flashinfer"]`` (the median per-round ratio, peer µs
+    over ours: above 1 ours is faster, with its 20th-80th percentiles) and a note."""
+    graph = {r.provider: r for r in rows if r.mode == "graph" and r.status == "ok"}
+    fis = [graph[p] for p in kept if p in FLASHINFER and p in graph]
+    pairs = [("torch_paged_attn[flash]", "flash_attn_4", "paired_vs_fa4", "FA4")]
+    if fis:
+        best = min(fis, key=lambda r: r.p50_us).provider
+        pairs.append(("torch_paged_attn", best, "paired_vs_flashinfer", best))
+    for mode in modes:
+        by = {r.provider: r for r in rows if r.mode == mode and r.status == "ok"}
+        for ours, peer, key, label in pairs:
+            if ours not in kept or peer not in kept or ours not in by or peer not in by:
+                continue
+            graphed = mode == "graph"
+            fns = [kept[p].graph_fns if graphed and kept[p].graph_fns is not None else kept[p].fns
+                   for p in (ours, peer)]
+            H.progress(f"  paired ({mode}): {ours} vs {peer}")
+            try:
+                r = H.bench_pair(fns[0], fns[1], device, quick=quick, use_graph=graphed)
+            except Exception as e:  # the paired figure is extra: its failure leaves the rows as they are
+                by[ours].extra["note"] = "; ".join(
+                    x for x in (by[ours].extra.get("note", ""), f"paired timing failed: {_reason(e)}") if x)
+                continue
+            by[ours].extra[key] = r
+            note = f"paired {r['ratio_p50']:.3f}x {label} ({r['ratio_p20']:.3f}-{r['ratio_p80']:.3f})"
+            by[ours].extra["note"] = "; ".join(x for x in (by[ours].extra.get("note", ""), note) if x)
 
 
 def main(argv: list[str] | None = None) -> int:
