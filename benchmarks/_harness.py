@@ -288,6 +288,19 @@ def bench_pair(
             "rounds": rounds, "calls": calls, "method": "cuda-graph" if use_graph else "events+l2-flush"}
 
 
+def paired_into(row: "Row", key: str, label: str, a: Sequence[Callable[[], Any]], b: Sequence[Callable[[], Any]],
+                device: torch.device, *, quick: bool = False, use_graph: bool = True) -> None:
+    """``bench_pair(a, b)`` into ``row.extra[key]``, and a note ``paired <ratio>x <label> (p20-p80)``
+    on the row; a failure becomes a note instead (the paired figure is extra: the row stays)."""
+    try:
+        r = bench_pair(a, b, device, quick=quick, use_graph=use_graph)
+        text = f"paired {r['ratio_p50']:.3f}x {label} ({r['ratio_p20']:.3f}-{r['ratio_p80']:.3f})"
+        row.extra[key] = r
+    except Exception as e:
+        text = f"paired timing failed: {type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:160]}"
+    row.extra["note"] = "; ".join(x for x in (row.extra.get("note", ""), text) if x)
+
+
 def _bench_events(fns: Sequence[Callable[[], Any]], samples: int, device: torch.device) -> Timing:
     flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=device)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(samples)]

@@ -321,16 +321,8 @@ def _paired(rows: list[H.Row], kept: dict[str, "Contender"], device: torch.devic
         if ours is None or not any(r.provider == "flashinfer_mla" + suffix and r.status == "ok" for r in rows):
             continue
         H.progress(f"  paired{suffix or ' (graph)'}: torch_paged_attn vs flashinfer_mla")
-        try:
-            r = H.bench_pair(kept["flashinfer_mla"].fns, kept["torch_paged_attn"].fns, device, quick=quick,
-                             use_graph=use_graph)
-        except Exception as e:  # the paired figure is extra: its failure leaves the rows as they are
-            ours.extra["note"] = "; ".join(x for x in (ours.extra.get("note", ""), f"paired timing failed: {_reason(e)}")
-                                           if x)
-            continue
-        ours.extra["paired_vs_flashinfer"] = r
-        note = f"paired: ours / FlashInfer {r['ratio_p50']:.3f}x ({r['ratio_p20']:.3f}-{r['ratio_p80']:.3f})"
-        ours.extra["note"] = "; ".join(x for x in (ours.extra.get("note", ""), note) if x)
+        H.paired_into(ours, "paired_vs_flashinfer", "ours / FlashInfer", kept["flashinfer_mla"].fns,
+                      kept["torch_paged_attn"].fns, device, quick=quick, use_graph=use_graph)
 
 
 def run_shape(s: Shape, device: torch.device, copy_gbps: float, matmul_tflops: float, quick: bool,

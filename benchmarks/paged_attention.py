@@ -903,15 +903,7 @@ def _paired(rows: list[H.Row], kept: dict[str, "Contender"], device: torch.devic
             fns = [kept[p].graph_fns if graphed and kept[p].graph_fns is not None else kept[p].fns
                    for p in (ours, peer)]
             H.progress(f"  paired ({mode}): {ours} vs {peer}")
-            try:
-                r = H.bench_pair(fns[0], fns[1], device, quick=quick, use_graph=graphed)
-            except Exception as e:  # the paired figure is extra: its failure leaves the rows as they are
-                by[ours].extra["note"] = "; ".join(
-                    x for x in (by[ours].extra.get("note", ""), f"paired timing failed: {_reason(e)}") if x)
-                continue
-            by[ours].extra[key] = r
-            note = f"paired {r['ratio_p50']:.3f}x {label} ({r['ratio_p20']:.3f}-{r['ratio_p80']:.3f})"
-            by[ours].extra["note"] = "; ".join(x for x in (by[ours].extra.get("note", ""), note) if x)
+            H.paired_into(by[ours], key, label, fns[0], fns[1], device, quick=quick, use_graph=graphed)
 
 
 def main(argv: list[str] | None = None) -> int:
