@@ -113,7 +113,7 @@ def stages(num_rows: int, latent: int, fp8: bool) -> int:
     if not fp8:
         return 2
     chunks = latent // 64 + 1
-    unused = 2 * (9 - chunks) * 1024  # the two rings' [1, 8, 64] stand-ins past the latent (``_rings9``)
+    unused = 3 * (9 - chunks) * 1024  # the stage, fp16-tile and Q rings' [1, 8, 64] stand-ins past the latent
     fixed = chunks * TILE_N * 64 * 2 + chunks * num_rows * 64 * 2 + TILE_N * num_rows * 2 + unused + SMEM_SPARE
     return max(2, min(4, (SMEM_BYTES - fixed) // (chunks * TILE_N * 64)))
 
