@@ -876,21 +876,24 @@ def _relate(rows: list[H.Row]) -> None:
 
 
 # Contenders timed side by side (``_harness.bench_pair``) against a peer, besides their own rows:
-# the flash backend against FA4 called directly (the wrapper's cost), and the default against the
-# faster FlashInfer variant of the shape.
+# the flash backend against FA4 called directly (the wrapper's cost), the default against FA4 on
+# prefill shapes and against the faster FlashInfer variant of the shape.
 PAIRED = ("torch_paged_attn", "torch_paged_attn[flash]", "flash_attn_4")
 
 
 def _paired(rows: list[H.Row], kept: dict[str, "Contender"], device: torch.device, quick: bool,
             modes: tuple[str, ...]) -> None:
     """Interleaved timings (``_harness.bench_pair``, in each timing mode) of
-    ``torch_paged_attn[flash]`` against ``flash_attn_4`` and of ``torch_paged_attn`` against the
-    faster FlashInfer variant (by the graph rows' p50), each written to the row of the first:
+    ``torch_paged_attn[flash]`` against ``flash_attn_4``, of ``torch_paged_attn`` against
+    ``flash_attn_4`` on the prefill shapes (those with a FLOP count) and against the faster
+    FlashInfer variant (by the graph rows' p50), each written to the row of the first:
     ``extra["paired_vs_fa4"]`` / ``["paired_vs_flashinfer"]`` (the median per-round ratio, peer µs
     over ours: above 1 ours is faster, with its 20th-80th percentiles) and a note."""
     graph = {r.provider: r for r in rows if r.mode == "graph" and r.status == "ok"}
     fis = [graph[p] for p in kept if p in FLASHINFER and p in graph]
     pairs = [("torch_paged_attn[flash]", "flash_attn_4", "paired_vs_fa4", "FA4")]
+    if any(r.flops is not None for r in graph.values()):  # prefill shapes: FA4 sets their target
+        pairs.append(("torch_paged_attn", "flash_attn_4", "paired_vs_fa4", "FA4"))
     if fis:
         best = min(fis, key=lambda r: r.p50_us).provider
         pairs.append(("torch_paged_attn", best, "paired_vs_flashinfer", best))

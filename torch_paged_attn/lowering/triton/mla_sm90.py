@@ -144,6 +144,36 @@ if gluon is not None:
     _P_OPERAND = gl.constexpr(gl.DotOperandLayout(operand_index=0, parent=_ACC, k_width=2))
 
     @gluon.jit
+    def _ring(c: gl.constexpr, N: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, dtype: gl.constexpr,
+              layout: gl.constexpr):
+        """Chunk ``c``'s buffer of ``DEPTH`` [ROWS, 64] tiles ([1, 8, 64], unused, for ``c >= N``)."""
+        D: gl.constexpr = DEPTH if c < N else 1
+        R: gl.constexpr = ROWS if c < N else 8
+        return gl.allocate_shared_memory(dtype, [D, R, 64], layout)
+
+    @gluon.jit
+    def _rings8(N: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, dtype: gl.constexpr, layout: gl.constexpr):
+        """Eight chunk buffers (``_ring``), one allocation each: latent chunks."""
+        return (_ring(0, N, DEPTH, ROWS, dtype, layout), _ring(1, N, DEPTH, ROWS, dtype, layout),
+                _ring(2, N, DEPTH, ROWS, dtype, layout), _ring(3, N, DEPTH, ROWS, dtype, layout),
+                _ring(4, N, DEPTH, ROWS, dtype, layout), _ring(5, N, DEPTH, ROWS, dtype, layout),
+                _ring(6, N, DEPTH, ROWS, dtype, layout), _ring(7, N, DEPTH, ROWS, dtype, layout))
+
+    @gluon.jit
+    def _rings9(N: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, dtype: gl.constexpr, layout: gl.constexpr):
+        """Nine chunk buffers (``_ring``), one allocation each: the latent chunks and the rope one
+        (chunk ``N - 1``). Why one allocation a chunk: Triton's barrier analysis tells shared
+        memory apart by allocation only, so into one buffer every chunk's store waited at a barrier
+        for the chunk before it (sm_90 SASS): eight barriers a tile in the fp8 conversion, and in
+        the prologue each of the nine query chunks' global load issued only after the previous
+        chunk's store and barrier (nine load latencies in a row)."""
+        return (_ring(0, N, DEPTH, ROWS, dtype, layout), _ring(1, N, DEPTH, ROWS, dtype, layout),
+                _ring(2, N, DEPTH, ROWS, dtype, layout), _ring(3, N, DEPTH, ROWS, dtype, layout),
+                _ring(4, N, DEPTH, ROWS, dtype, layout), _ring(5, N, DEPTH, ROWS, dtype, layout),
+                _ring(6, N, DEPTH, ROWS, dtype, layout), _ring(7, N, DEPTH, ROWS, dtype, layout),
+                _ring(8, N, DEPTH, ROWS, dtype, layout))
+
+    @gluon.jit
     def _signal_dependents():
         """The key loop is done: the kernel launched after this one with programmatic dependent
         launch (the combine kernel; ``paged_attention._PDL``) may start."""
@@ -223,12 +253,13 @@ if gluon is not None:
                   num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
 
     @gluon.jit
-    def _scores(s, q_smem, kv_smem, ready, ph, stage, c0: gl.constexpr, n: gl.constexpr, CHUNKS: gl.constexpr, z):
+    def _scores(s, qs, kv_smem, ready, ph, stage, c0: gl.constexpr, n: gl.constexpr, CHUNKS: gl.constexpr, z):
         """Once ``ready`` (phase ``ph``) says they are loaded, issue ``S += Q[:, chunks] K[:,
-        chunks]^T`` over chunks ``[c0, c0 + n)`` of the tile in ``stage`` (asynchronous; N = 64)."""
+        chunks]^T`` over chunks ``[c0, c0 + n)`` of the tile in ``stage`` (asynchronous; N = 64; Q's
+        chunks in the rings ``qs``)."""
         mbarrier.wait(ready, ph)
         for c in gl.static_range(n):
-            s = warpgroup_mma(q_smem.index(z + c0 + c), kv_smem.index(stage * CHUNKS + c0 + c).permute((1, 0)), s,
+            s = warpgroup_mma(qs[c0 + c].index(z), kv_smem.index(stage * CHUNKS + c0 + c).permute((1, 0)), s,
                               is_async=True)
         return s
 
@@ -275,10 +306,12 @@ if gluon is not None:
         return o0, o1, o2, o3
 
     @gluon.jit
-    def _start(q_latent_ptr, q_rope_ptr, q_smem, q_bar, wg: gl.constexpr, tok, head0, stride_ql_tok,
+    def _start(q_latent_ptr, q_rope_ptr, qs, q_bar, wg: gl.constexpr, tok, head0, stride_ql_tok,
                stride_ql_head, stride_qr_tok, stride_qr_head, LATENT: gl.constexpr):
-        """Q [64 heads, L + R] into shared memory, each warpgroup half of the chunks, both waiting
-        for both; returns this warpgroup's empty state ``(m, l, O's four 64-column blocks)``."""
+        """Q [64 heads, L + R] into shared memory (the rings ``qs``, one allocation a chunk, so that
+        no chunk's store waits at a barrier for another's), each warpgroup half of the chunks, both
+        waiting for both; returns this warpgroup's empty state ``(m, l, O's four 64-column
+        blocks)``."""
         CHUNKS: gl.constexpr = LATENT // 64 + 1
         io_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
         offs_h = head0 + gl.arange(0, _ROWS, layout=gl.SliceLayout(1, io_layout))
@@ -291,7 +324,7 @@ if gluon is not None:
                     q = gl.load(q_latent_ptr + ql_rows + gl.expand_dims(offs_c + c * 64, 0))
                 else:
                     q = gl.load(q_rope_ptr + qr_rows + gl.expand_dims(offs_c, 0))
-                q_smem.index(c).store(q)
+                qs[c].index(0).store(q)
         fence_async_shared()
         mbarrier.arrive(q_bar.index(0))
         mbarrier.wait(q_bar.index(0), 0)
@@ -329,7 +362,7 @@ if gluon is not None:
                 gl.store(lse_ptr + tok.to(gl.int64) * stride_lse_tok + orows * stride_lse_head, lse)
 
     @gluon.jit
-    def _left(q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, q_smem, kv_smem, p1_smem, m_smem, l_smem, ready, empty,
+    def _left(q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, qs, kv_smem, p1_smem, m_smem, l_smem, ready, empty,
               q_bar, m0_bar, m1_bar, p0_full, p1_full, p1_free, l_bar, seq_row_ptr, stride_bt_block, num_pages,
               num_blocks, key_lo, n_pairs, kv_end, scale, tok, head0, stride_ql_tok, stride_ql_head, stride_qr_tok,
               stride_qr_head, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head,
@@ -337,8 +370,8 @@ if gluon is not None:
         """The left warpgroup: scores of tile 2i (stage 0), output columns ``[0, L / 2)``."""
         CHUNKS: gl.constexpr = LATENT // 64 + 1
         VCH: gl.constexpr = LATENT // 128
-        dtype: gl.constexpr = q_smem.dtype
-        m_i, l_i, o0, o1, o2, o3 = _start(q_latent_ptr, q_rope_ptr, q_smem, q_bar, 0, tok, head0, stride_ql_tok,
+        dtype: gl.constexpr = kv_smem.dtype
+        m_i, l_i, o0, o1, o2, o3 = _start(q_latent_ptr, q_rope_ptr, qs, q_bar, 0, tok, head0, stride_ql_tok,
                                           stride_ql_head, stride_qr_tok, stride_qr_head, LATENT)
         qk_scale = scale * _LOG2E
         for i in range(n_pairs):
@@ -351,9 +384,9 @@ if gluon is not None:
             key0 = key_lo + 2 * i * _TILE
             # S_0 = Q K_0^T: the left chunks (loaded first), the right ones, the rope
             s = gl.zeros([_ROWS, _TILE], gl.float32, _ACC)
-            s = _scores(s, q_smem, kv_smem, ready.index(_A), ph, st0, 0, VCH, CHUNKS, z)
-            s = _scores(s, q_smem, kv_smem, ready.index(_B), ph, st0, VCH, VCH, CHUNKS, z)
-            s = _scores(s, q_smem, kv_smem, ready.index(_R), ph, st0, 2 * VCH, 1, CHUNKS, z)
+            s = _scores(s, qs, kv_smem, ready.index(_A), ph, st0, 0, VCH, CHUNKS, z)
+            s = _scores(s, qs, kv_smem, ready.index(_B), ph, st0, VCH, VCH, CHUNKS, z)
+            s = _scores(s, qs, kv_smem, ready.index(_R), ph, st0, 2 * VCH, 1, CHUNKS, z)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
             s = _masked(s, key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks, kv_end, BLOCK_SIZE)
             m_new0 = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
@@ -392,7 +425,7 @@ if gluon is not None:
                   stride_o_head, stride_lse_tok, stride_lse_head, LATENT, HAS_LSE, LSE_UNIT)
 
     @gluon.jit
-    def _right(q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, q_smem, kv_smem, p1_smem, m_smem, l_smem, ready, empty,
+    def _right(q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, qs, kv_smem, p1_smem, m_smem, l_smem, ready, empty,
                q_bar, m0_bar, m1_bar, p0_full, p1_full, p1_free, l_bar, seq_row_ptr, stride_bt_block, num_pages,
                num_blocks, key_lo, n_pairs, kv_end, scale, tok, head0, stride_ql_tok, stride_ql_head, stride_qr_tok,
                stride_qr_head, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head,
@@ -400,8 +433,8 @@ if gluon is not None:
         """The right warpgroup: scores of tile 2i + 1 (stage 1), output columns ``[L / 2, L)``."""
         CHUNKS: gl.constexpr = LATENT // 64 + 1
         VCH: gl.constexpr = LATENT // 128
-        dtype: gl.constexpr = q_smem.dtype
-        m_i, l_i, o0, o1, o2, o3 = _start(q_latent_ptr, q_rope_ptr, q_smem, q_bar, 1, tok, head0, stride_ql_tok,
+        dtype: gl.constexpr = kv_smem.dtype
+        m_i, l_i, o0, o1, o2, o3 = _start(q_latent_ptr, q_rope_ptr, qs, q_bar, 1, tok, head0, stride_ql_tok,
                                           stride_ql_head, stride_qr_tok, stride_qr_head, LATENT)
         qk_scale = scale * _LOG2E
         for i in range(n_pairs):
@@ -412,9 +445,9 @@ if gluon is not None:
             key1 = key_lo + (2 * i + 1) * _TILE
             # S_1 = Q K_1^T: the rope (loaded first), the right chunks, the left ones
             s = gl.zeros([_ROWS, _TILE], gl.float32, _ACC)
-            s = _scores(s, q_smem, kv_smem, ready.index(3 + _R), ph, st1, 2 * VCH, 1, CHUNKS, z)
-            s = _scores(s, q_smem, kv_smem, ready.index(3 + _B), ph, st1, VCH, VCH, CHUNKS, z)
-            s = _scores(s, q_smem, kv_smem, ready.index(3 + _A), ph, st1, 0, VCH, CHUNKS, z)
+            s = _scores(s, qs, kv_smem, ready.index(3 + _R), ph, st1, 2 * VCH, 1, CHUNKS, z)
+            s = _scores(s, qs, kv_smem, ready.index(3 + _B), ph, st1, VCH, VCH, CHUNKS, z)
+            s = _scores(s, qs, kv_smem, ready.index(3 + _A), ph, st1, 0, VCH, CHUNKS, z)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
             mbarrier.arrive(empty.index(3 + _R))
             s = _masked(s, key1, seq_row_ptr, stride_bt_block, num_pages, num_blocks, kv_end, BLOCK_SIZE)
@@ -491,7 +524,7 @@ if gluon is not None:
         smem_layout: gl.constexpr = kv_desc.layout
         q_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
         vec_layout: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0])
-        q_smem = gl.allocate_shared_memory(dtype, [CHUNKS, _ROWS, 64], q_layout)
+        qs = _rings9(CHUNKS, 1, _ROWS, dtype, q_layout)
         kv_smem = gl.allocate_shared_memory(dtype, [2 * CHUNKS, _TILE, 64], smem_layout)
         p1_smem = gl.allocate_shared_memory(dtype, [_ROWS, _TILE], q_layout)
         m_smem = gl.allocate_shared_memory(gl.float32, [2, _ROWS], vec_layout)
@@ -518,12 +551,12 @@ if gluon is not None:
         fence_async_shared()
 
         gl.warp_specialize([
-            (_left, (q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, q_smem, kv_smem, p1_smem, m_smem, l_smem, ready, empty,
+            (_left, (q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, qs, kv_smem, p1_smem, m_smem, l_smem, ready, empty,
                    q_bar, m0_bar, m1_bar, p0_full, p1_full, p1_free, l_bar, seq_row_ptr, stride_bt_block, num_pages,
                    num_blocks, key_lo, n_pairs, kv_end, scale, tok, head0, stride_ql_tok, stride_ql_head, stride_qr_tok,
                    stride_qr_head, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head, LATENT, BLOCK_SIZE,
                    HAS_LSE, LSE_UNIT)),
-            (_right, (q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, q_smem, kv_smem, p1_smem, m_smem, l_smem, ready, empty,
+            (_right, (q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, qs, kv_smem, p1_smem, m_smem, l_smem, ready, empty,
                    q_bar, m0_bar, m1_bar, p0_full, p1_full, p1_free, l_bar, seq_row_ptr, stride_bt_block, num_pages,
                    num_blocks, key_lo, n_pairs, kv_end, scale, tok, head0, stride_ql_tok, stride_ql_head, stride_qr_tok,
                    stride_qr_head, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head, LATENT, BLOCK_SIZE,

@@ -80,9 +80,9 @@ try:  # Gluon ships with Triton >= 3.5
     )
 
     from ._sm90 import thread_barrier
-    from .mla_sm90 import _finite, _signal_dependents
+    from .mla_sm90 import _finite, _rings8, _rings9, _signal_dependents
     from .mla_sm90_narrow import (
-        _convert, _empty_state, _issue, _program, _query_unit, _rings8, _rings9, _softmax_scaled, _values, _write,
+        _convert, _empty_state, _issue, _program, _query_unit, _softmax_scaled, _values, _write,
     )
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gluon = None
@@ -119,7 +119,7 @@ if gluon is not None:
 
     @gluon.jit
     def _consumer(wg: gl.constexpr, q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, kv_scale_ptr, kvs, cv_own,
-                  cv_park, q_smem, p_smem, ml_smem, ready, empty, q_bar, done_bar, scale, q_start, q_block_start, q_len,
+                  cv_park, qs, p_smem, ml_smem, ready, empty, q_bar, done_bar, scale, q_start, q_block_start, q_len,
                   context, key_lo, kv_end, n_tiles, num_pages, num_blocks, seq_row_ptr, stride_bt_block,
                   stride_ql_tok, stride_ql_head, stride_qr_tok, stride_qr_head, stride_o_tok, stride_o_head,
                   stride_lse_tok, stride_lse_head, HEADS: gl.constexpr, BLOCK_Q: gl.constexpr,
@@ -150,7 +150,7 @@ if gluon is not None:
                     q = gl.load(q_latent_ptr + ql_rows + offs_c + c * 64, mask=ok_io, other=0.0)
                 else:
                     q = gl.load(q_rope_ptr + qr_rows + offs_c, mask=ok_io, other=0.0)
-                q_smem.index(c).store((q.to(gl.float32) / q_unit).to(gl.float16))
+                qs[c].index(0).store((q.to(gl.float32) / q_unit).to(gl.float16))
             fence_async_shared()
             thread_barrier()
             mbarrier.arrive(q_bar.index(0))
@@ -181,8 +181,8 @@ if gluon is not None:
             # S^T = K Q^T: [64 keys, 16 rows]
             s = gl.zeros([_TILE, _ROWS], gl.float32, _ACC)
             for c in gl.static_range(VCH):
-                s = warpgroup_mma(cv_own[c].index(z), q_smem.index(c).permute((1, 0)), s, is_async=True)
-            s = warpgroup_mma(rope, q_smem.index(VCH).permute((1, 0)), s, is_async=True)
+                s = warpgroup_mma(cv_own[c].index(z), qs[c].index(z).permute((1, 0)), s, is_async=True)
+            s = warpgroup_mma(rope, qs[VCH].index(z).permute((1, 0)), s, is_async=True)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
             # scaled, then masked (a NaN or zero scale leaves masked keys at -inf): keys past kv_end
             # or on pages with an id outside [0, NB), and (causal) keys after a row's position
@@ -305,7 +305,7 @@ if gluon is not None:
         kvs = _rings9(CHUNKS, 2, _TILE, kv_dtype, kv_layout)
         cv0 = _rings8(VCH, 1, _TILE, gl.float16, f16_layout)
         cv1 = _rings8(VCH, 1, _TILE, gl.float16, f16_layout)
-        q_smem = gl.allocate_shared_memory(gl.float16, [CHUNKS, _ROWS, 64], f16_layout)
+        qs = _rings9(CHUNKS, 1, _ROWS, gl.float16, f16_layout)
         p_smem = gl.allocate_shared_memory(gl.float16, [2, _TILE, _ROWS], p_layout)
         ml_smem = gl.allocate_shared_memory(gl.float32, [2, _ROWS], _PLAIN1)
         ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -320,12 +320,12 @@ if gluon is not None:
         fence_async_shared()
 
         gl.warp_specialize([
-            (_consumer, (0, q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, kv_scale_ptr, kvs, cv0, cv1, q_smem,
+            (_consumer, (0, q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, kv_scale_ptr, kvs, cv0, cv1, qs,
                          p_smem, ml_smem, ready, empty, q_bar, done_bar, scale, q_start, q_block_start, q_len, context,
                          key_lo, kv_end, n_tiles, num_pages, num_blocks, seq_row_ptr, stride_bt_block, stride_ql_tok,
                          stride_ql_head, stride_qr_tok, stride_qr_head, stride_o_tok, stride_o_head, stride_lse_tok,
                          stride_lse_head, HEADS, BLOCK_Q, LATENT, BLOCK_SIZE, CAUSAL, HAS_LSE, LSE_UNIT, USE_PDL)),
-            (_consumer, (1, q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, kv_scale_ptr, kvs, cv1, cv1, q_smem,
+            (_consumer, (1, q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, kv_scale_ptr, kvs, cv1, cv1, qs,
                          p_smem, ml_smem, ready, empty, q_bar, done_bar, scale, q_start, q_block_start, q_len, context,
                          key_lo, kv_end, n_tiles, num_pages, num_blocks, seq_row_ptr, stride_bt_block, stride_ql_tok,
                          stride_ql_head, stride_qr_tok, stride_qr_head, stride_o_tok, stride_o_head, stride_lse_tok,
@@ -351,7 +351,7 @@ def smem_fits(latent: int) -> bool:
     program's shared memory."""
     chunks = latent // 64 + 1
     vch = latent // 64
-    unused = (9 - chunks) + 2 * (8 - vch)  # the rings' [1, 8, 64] stand-ins past the latent (1 KiB a piece, aligned)
+    unused = 2 * (9 - chunks) + 2 * (8 - vch)  # the rings' [1, 8, 64] stand-ins past the latent (1 KiB a piece, aligned)
     need = 2 * chunks * 64 * 64 + 2 * vch * 64 * 64 * 2 + unused * 1024 + chunks * ROWS * 64 * 2 + 2 * 64 * ROWS * 2
     return need + _SCRATCH <= narrow.SMEM_BYTES
 

@@ -84,7 +84,7 @@ try:  # Gluon ships with Triton >= 3.5
     )
 
     from ._sm90 import thread_barrier, tma_load
-    from .mla_sm90 import _block_row, _finite, _page_row, _signal_dependents, _token_sequence
+    from .mla_sm90 import _block_row, _finite, _page_row, _rings9, _signal_dependents, _token_sequence
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gluon = None
 
@@ -175,36 +175,6 @@ if gluon is not None:
         else:
             _issue(kv_desc, kvs, ready, stage, key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks,
                    block_rows, CHUNKS, BLOCK_SIZE, BOX)
-
-    @gluon.jit
-    def _ring(c: gl.constexpr, N: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, dtype: gl.constexpr,
-              layout: gl.constexpr):
-        """Chunk ``c``'s buffer of ``DEPTH`` [ROWS, 64] tiles ([1, 8, 64], unused, for ``c >= N``)."""
-        D: gl.constexpr = DEPTH if c < N else 1
-        R: gl.constexpr = ROWS if c < N else 8
-        return gl.allocate_shared_memory(dtype, [D, R, 64], layout)
-
-    @gluon.jit
-    def _rings8(N: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, dtype: gl.constexpr, layout: gl.constexpr):
-        """Eight chunk buffers (``_ring``), one allocation each: latent chunks."""
-        return (_ring(0, N, DEPTH, ROWS, dtype, layout), _ring(1, N, DEPTH, ROWS, dtype, layout),
-                _ring(2, N, DEPTH, ROWS, dtype, layout), _ring(3, N, DEPTH, ROWS, dtype, layout),
-                _ring(4, N, DEPTH, ROWS, dtype, layout), _ring(5, N, DEPTH, ROWS, dtype, layout),
-                _ring(6, N, DEPTH, ROWS, dtype, layout), _ring(7, N, DEPTH, ROWS, dtype, layout))
-
-    @gluon.jit
-    def _rings9(N: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, dtype: gl.constexpr, layout: gl.constexpr):
-        """Nine chunk buffers (``_ring``), one allocation each: the latent chunks and the rope one
-        (chunk ``N - 1``). Why one allocation a chunk: Triton's barrier analysis tells shared
-        memory apart by allocation only, so into one buffer every chunk's store waited at a barrier
-        for the chunk before it (sm_90 SASS): eight barriers a tile in the fp8 conversion, and in
-        the prologue each of the nine query chunks' global load issued only after the previous
-        chunk's store and barrier (nine load latencies in a row)."""
-        return (_ring(0, N, DEPTH, ROWS, dtype, layout), _ring(1, N, DEPTH, ROWS, dtype, layout),
-                _ring(2, N, DEPTH, ROWS, dtype, layout), _ring(3, N, DEPTH, ROWS, dtype, layout),
-                _ring(4, N, DEPTH, ROWS, dtype, layout), _ring(5, N, DEPTH, ROWS, dtype, layout),
-                _ring(6, N, DEPTH, ROWS, dtype, layout), _ring(7, N, DEPTH, ROWS, dtype, layout),
-                _ring(8, N, DEPTH, ROWS, dtype, layout))
 
     @gluon.jit
     def _convert(kvs, stage, cvs, tail, N: gl.constexpr, WARPS: gl.constexpr):
