@@ -23,6 +23,9 @@ t() {  # t NAME SECONDS PYTEST-ARGS...: a pytest run, its log in $out, its summa
 for part in "$@"; do
 case "$part" in
 probe) timeout 300 python3 "$here/probe.py" > "$out/probe.txt" 2>&1; tail -18 "$out/probe.txt" ;;
+probe-mtp) timeout 300 python3 "$here/probe_mtp.py" > "$out/probe-mtp.txt" 2>&1; tail -14 "$out/probe-mtp.txt" ;;
+narrow) t narrow 300 -n 8 -m "not fuzz" -k "narrow or declines or bad_block or graph or fp8 or nan or strided or e4m3 or e5m2" \
+        tests/test_triton_mla.py ;;
 host) timeout 200 python3 "$here/host_probe.py" > "$out/host-probe.txt" 2>&1; head -48 "$out/host-probe.txt" ;;
 mla) t mla 500 -n 10 -m "not fuzz" tests/test_triton_mla.py tests/test_mla_module.py ;;
 fuzz-wide) t fuzz-wide 500 -n 12 -m fuzz -k kernel_fuzz tests/test_triton_mla.py ;;
