@@ -5,6 +5,9 @@ warp). CUDA-graph replays (p50 us; benchmarks/_harness.py), one process, each ou
 against a float32 gather-einsum first.
 
     python3 probe_mtp.py        # PROBE_ROUNDS=2
+
+Runs on the tree of commit 86e8123, which had ``mla.SM90_PAIRED`` (reverted after this probe:
+logs/probe-mtp.txt).
 """
 import os
 import sys

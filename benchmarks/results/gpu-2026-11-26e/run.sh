@@ -1,7 +1,8 @@
 # GPU calls of 2026-11-26 (fifth session): the wide and fp8 Gluon MLA kernels' queries in one
 # allocation a chunk, the eager host path's pieces, the wide kernel's source-level profile.
 #   bash run.sh OUT PART...   PART: probe (probe.py: the tree's wide and fp8 MLA kernels against
-#       main e3e94b3's) | host (host_probe.py) | mla (the MLA test files) | fuzz-wide / fuzz-narrow (the
+#       main e3e94b3's) | probe-mtp (probe_mtp.py, on commit 86e8123's tree) | narrow (the narrow and
+#       fp8 kernels' tests) | host (host_probe.py) | mla (the MLA test files) | fuzz-wide / fuzz-narrow (the
 #       Gluon MLA fuzzes: the wide kernel's; the narrow kernel's on bf16 and fp8 caches) | fuzz-attn (the attention fuzz) | attn (attention, launcher,
 #       compile, plan-cache and merge tests) | memcheck (the fp8 cases, NaN scales and bad block
 #       ids under compute-sanitizer) | source-SHAPE (Nsight Compute, the kernel of KERNEL (regex)

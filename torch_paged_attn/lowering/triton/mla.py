@@ -161,10 +161,6 @@ SM90_NARROW = True
 # this module's kernel 200.3), B32 x 8192 H16 74.3 (100.3, 107.2), 2 tokens B64 x 4096 H16 on the
 # narrow path 137.0 (198.4).
 SM90_FP8 = True
-# 32 query rows a program (2 query tokens of 16 heads) over a cache of the queries' dtype run
-# ``mla_sm90_fp8``'s schedule too (each warpgroup a whole tile at N = 32, no conversion) instead of
-# the narrow kernel's two warpgroups on the same tile.
-SM90_PAIRED = True
 # Heads one program holds (the M dimension of the dots is at most 64 rows).
 _MAX_HEADS_PER_PROGRAM = 64
 _MAX_BLOCK_M = 64

@@ -635,7 +635,7 @@ def _launcher(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: T
 
         grid = (narrow.grid_blocks(num_tokens, num_seqs, block_q), 1, num_splits)
         fp8 = kv_cache.dtype in _FP8
-        if (mla.SM90_FP8 if fp8 else mla.SM90_PAIRED) and mla_sm90_fp8.declines(q_latent, kv_cache, block_q) is None:
+        if mla.SM90_FP8 and mla_sm90_fp8.declines(q_latent, kv_cache, block_q) is None:
             kernel, own = mla_sm90_fp8._mla_fp8_kernel, mla_sm90_fp8.constants(num_heads, block_q, pdl)
         else:
             kernel, own = narrow._mla_narrow_kernel, narrow.constants(num_heads, block_q, pdl, latent, fp8)

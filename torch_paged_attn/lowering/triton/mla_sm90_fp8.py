@@ -82,13 +82,12 @@ try:  # Gluon ships with Triton >= 3.5
     from ._sm90 import thread_barrier
     from .mla_sm90 import _finite, _rings8, _rings9, _signal_dependents
     from .mla_sm90_narrow import (
-        _convert, _empty_state, _issue, _program, _query_unit, _softmax_scaled, _values, _write, _zero_rows,
+        _convert, _empty_state, _issue, _program, _query_unit, _softmax_scaled, _values, _write,
     )
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gluon = None
 
-ROWS = 16  # query tokens x heads a program (wgmma's N) on an fp8 cache
-BF16_ROWS = 32  # and on a cache of the queries' dtype (16 rows run the narrow kernel)
+ROWS = 16  # query tokens x heads a program (wgmma's N)
 REGS_CONSUMER = 224  # each consumer warpgroup's registers a thread (setmaxnreg)
 REGS_PRODUCER = 24
 
@@ -96,16 +95,22 @@ REGS_PRODUCER = 24
 if gluon is not None:
     _TILE = gl.constexpr(narrow.TILE_N)
     _REGS_PRODUCER = gl.constexpr(REGS_PRODUCER)
+    _ROWS = gl.constexpr(ROWS)
     _LOG2E = gl.constexpr(narrow.LOG2E)
-    # the right warpgroup's O^T blocks [64, ROWS] float32 for the left one, and the row statistics
+    # a warpgroup's [64 keys, 16 rows] accumulators (S^T and each 64-column block of O^T), their
+    # columns (the rows of the query) and keys, and the rope chunk as the A operand of S^T
+    _ACC = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16]))
+    _COL = gl.constexpr(gl.SliceLayout(0, _ACC))
+    _KEY = gl.constexpr(gl.SliceLayout(1, _ACC))
+    _A_OPERAND = gl.constexpr(gl.DotOperandLayout(operand_index=0, parent=_ACC, k_width=2))
+    # the right warpgroup's O^T blocks [64, 16] float32 for the left one, and the row statistics
     _PLAIN2 = gl.constexpr(gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[1, 0]))
     _PLAIN1 = gl.constexpr(gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0]))
 
     @gluon.jit
     def _producer(kv_desc, kvs, ready, empty, key_lo, n_tiles, seq_row_ptr, stride_bt_block, num_pages,
                   num_blocks, block_rows, CHUNKS: gl.constexpr, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr):
-        """One warp: tile j into stage ``j % 2`` once its warpgroup is done with tile ``j - 2``
-        (converted it, or on a bf16/fp16 cache multiplied it)."""
+        """One warp: tile j into stage ``j % 2`` once its warpgroup has converted tile ``j - 2``."""
         for j in range(n_tiles):
             st = j % 2
             mbarrier.wait(empty.index(st), ((j // 2) & 1) ^ 1)
@@ -117,57 +122,44 @@ if gluon is not None:
                   cv_park, qs, p_smem, ml_smem, ready, empty, q_bar, done_bar, scale, q_start, q_block_start, q_len,
                   context, key_lo, kv_end, n_tiles, num_pages, num_blocks, seq_row_ptr, stride_bt_block,
                   stride_ql_tok, stride_ql_head, stride_qr_tok, stride_qr_head, stride_o_tok, stride_o_head,
-                  stride_lse_tok, stride_lse_head, HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, ROWS: gl.constexpr,
+                  stride_lse_tok, stride_lse_head, HEADS: gl.constexpr, BLOCK_Q: gl.constexpr,
                   LATENT: gl.constexpr, BLOCK_SIZE: gl.constexpr, CAUSAL: gl.constexpr, HAS_LSE: gl.constexpr,
-                  LSE_UNIT: gl.constexpr, USE_PDL: gl.constexpr, IS_FP8: gl.constexpr):
+                  LSE_UNIT: gl.constexpr, USE_PDL: gl.constexpr):
         """Warpgroup ``wg``: tiles ``2i + wg``; then the right one hands its state to the left one,
         which merges both and writes the output."""
         CHUNKS: gl.constexpr = LATENT // 64 + 1
         VCH: gl.constexpr = LATENT // 64
-        # a warpgroup's [64 keys, ROWS] accumulators (S^T and each 64-column block of O^T), their
-        # columns (the rows of the query) and keys, and an fp8 rope chunk as the A operand of S^T
-        acc: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                      instr_shape=[16, ROWS, 16])
-        col: gl.constexpr = gl.SliceLayout(0, acc)
-        key_layout: gl.constexpr = gl.SliceLayout(1, acc)
-        a_operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc, k_width=2)
-        qdt: gl.constexpr = qs[0].dtype
-        # -- Q [ROWS, L + R] (fp8: as fp16, scaled into its range): the left warpgroup stores it --
+        # -- Q [16, L + R] as fp16 (scaled into its range): the left warpgroup stores it --
         io_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-        r_io = gl.arange(0, ROWS, layout=gl.SliceLayout(1, io_layout))
+        r_io = gl.arange(0, _ROWS, layout=gl.SliceLayout(1, io_layout))
         t_io = r_io // HEADS
         ok_io = gl.expand_dims((t_io < BLOCK_Q) & (q_block_start + t_io < q_len), 1)
         tok_io = (q_start + q_block_start + t_io).to(gl.int64)
         ql_rows = gl.expand_dims(tok_io * stride_ql_tok + (r_io % HEADS) * stride_ql_head, 1)
         qr_rows = gl.expand_dims(tok_io * stride_qr_tok + (r_io % HEADS) * stride_qr_head, 1)
         offs_c = gl.expand_dims(gl.arange(0, 64, layout=gl.SliceLayout(0, io_layout)), 0)
-        qk_scale = scale * _LOG2E
-        kv_scale = 1.0
+        kv_scale = gl.load(kv_scale_ptr)
+        qk_scale = scale * _LOG2E * kv_scale
         q_unit = 1.0
-        if IS_FP8:
-            kv_scale = gl.load(kv_scale_ptr)
-            qk_scale = qk_scale * kv_scale
-            if q_latent_ptr.dtype.element_ty == gl.bfloat16:
-                q_unit = _query_unit(q_latent_ptr, q_rope_ptr, ql_rows, qr_rows, offs_c, ok_io, CHUNKS)
-                qk_scale = qk_scale * q_unit
+        if q_latent_ptr.dtype.element_ty == gl.bfloat16:
+            q_unit = _query_unit(q_latent_ptr, q_rope_ptr, ql_rows, qr_rows, offs_c, ok_io, CHUNKS)
+            qk_scale = qk_scale * q_unit
         if wg == 0:
             for c in gl.static_range(CHUNKS):
                 if c < CHUNKS - 1:
                     q = gl.load(q_latent_ptr + ql_rows + offs_c + c * 64, mask=ok_io, other=0.0)
                 else:
                     q = gl.load(q_rope_ptr + qr_rows + offs_c, mask=ok_io, other=0.0)
-                if IS_FP8:
-                    q = (q.to(gl.float32) / q_unit).to(gl.float16)
-                qs[c].index(0).store(q)
+                qs[c].index(0).store((q.to(gl.float32) / q_unit).to(gl.float16))
             fence_async_shared()
             thread_barrier()
             mbarrier.arrive(q_bar.index(0))
         mbarrier.wait(q_bar.index(0), 0)
 
-        r_c = gl.arange(0, ROWS, layout=col)
+        r_c = gl.arange(0, _ROWS, layout=_COL)
         t_c = r_c // HEADS
         pos_c = context + q_block_start + t_c  # each row's position (causal: keys <= pos)
-        m_i, l_i, o0, o1, o2, o3, o4, o5, o6, o7 = _empty_state(ROWS, acc)
+        m_i, l_i, o0, o1, o2, o3, o4, o5, o6, o7 = _empty_state(_ROWS, _ACC)
         l_k = o0  # the row sums per key slot, reduced across the warps once, after the loop
         for i in range((n_tiles + 1 - wg) // 2):
             # stage and buffer indices the compiler cannot fold (i < 2**30): the wgmma descriptors
@@ -175,31 +167,22 @@ if gluon is not None:
             z = i >> 30
             st = z + wg
             key0 = key_lo + (2 * i + wg) * _TILE
-            keys = key0 + gl.arange(0, _TILE, layout=key_layout)
+            keys = key0 + gl.arange(0, _TILE, layout=_KEY)
             page = keys // BLOCK_SIZE
             blk = gl.load(seq_row_ptr + page * stride_bt_block, mask=page < num_pages, other=-1)
             mbarrier.wait(ready.index(st), i & 1)
-            # S^T = K Q^T: [64 keys, ROWS]
-            s = gl.zeros([_TILE, ROWS], gl.float32, acc)
-            if IS_FP8:
-                # the rope chunk to registers, the latent chunks to this warpgroup's fp16 buffer; the
-                # stage is then free for the producer
-                rope = kvs[VCH].index(st).load(a_operand).to(gl.float16)
-                _convert(kvs, st, cv_own, kv_end - key0, VCH, 4)
-                fence_async_shared()
-                thread_barrier()
-                mbarrier.arrive(empty.index(st))
-                ops = cv_own
-                obase = z
-                for c in gl.static_range(VCH):
-                    s = warpgroup_mma(cv_own[c].index(z), qs[c].index(z).permute((1, 0)), s, is_async=True)
-                s = warpgroup_mma(rope, qs[VCH].index(z).permute((1, 0)), s, is_async=True)
-            else:
-                # a cache of the queries' dtype: both products read the stage itself
-                ops = kvs
-                obase = st
-                for c in gl.static_range(CHUNKS):
-                    s = warpgroup_mma(kvs[c].index(st), qs[c].index(z).permute((1, 0)), s, is_async=True)
+            # the rope chunk to registers, the latent chunks to this warpgroup's fp16 buffer; the
+            # stage is then free for the producer
+            rope = kvs[VCH].index(st).load(_A_OPERAND).to(gl.float16)
+            _convert(kvs, st, cv_own, kv_end - key0, VCH, 4)
+            fence_async_shared()
+            thread_barrier()
+            mbarrier.arrive(empty.index(st))
+            # S^T = K Q^T: [64 keys, 16 rows]
+            s = gl.zeros([_TILE, _ROWS], gl.float32, _ACC)
+            for c in gl.static_range(VCH):
+                s = warpgroup_mma(cv_own[c].index(z), qs[c].index(z).permute((1, 0)), s, is_async=True)
+            s = warpgroup_mma(rope, qs[VCH].index(z).permute((1, 0)), s, is_async=True)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
             # scaled, then masked (a NaN or zero scale leaves masked keys at -inf): keys past kv_end
             # or on pages with an id outside [0, NB), and (causal) keys after a row's position
@@ -211,34 +194,28 @@ if gluon is not None:
             a = gl.expand_dims(alpha, 0)
             l_k = l_k * a + p
             o0, o1, o2, o3, o4, o5, o6, o7 = o0 * a, o1 * a, o2 * a, o3 * a, o4 * a, o5 * a, o6 * a, o7 * a
-            if not IS_FP8:  # (the conversion zeroed them)
-                _zero_rows(kvs, st, kv_end - key0, VCH, 4)
-            p_smem.index(wg).store(p.to(qdt))
+            p_smem.index(wg).store(p.to(gl.float16))
             fence_async_shared()
             thread_barrier()
             # O^T += V^T P^T, one wgmma group per 64 latent columns
-            o0, o1, o2, o3, o4, o5, o6, o7 = _values(o0, o1, o2, o3, o4, o5, o6, o7, ops, obase, p_smem.index(wg),
+            o0, o1, o2, o3, o4, o5, o6, o7 = _values(o0, o1, o2, o3, o4, o5, o6, o7, cv_own, z, p_smem.index(wg),
                                                      VCH)
-            if not IS_FP8:  # both products have read the stage: it takes tile 2i + wg + 2
-                mbarrier.arrive(empty.index(st))
 
         l_i = gl.sum(l_k, 0)
-        # -- the right warpgroup's state to the left one, through its own (now idle) buffers (fp8:
-        # its fp16 tile; else stage 1, which takes no tile after its last one): one float32
-        # [64, ROWS] block of O^T in each latent chunk's buffer --
-        SLOT: gl.constexpr = 0 if IS_FP8 else 1
+        # -- the right warpgroup's state to the left one, through its own (now idle) fp16 buffers:
+        # one float32 [64, 16] block of O^T in each --
         if wg == 1:
             ml_smem.index(0).store(m_i)
             ml_smem.index(1).store(l_i)
-            _park(cv_park, o0, o1, o2, o3, o4, o5, o6, o7, VCH, SLOT, ROWS)
+            _park(cv_park, o0, o1, o2, o3, o4, o5, o6, o7, VCH)
             thread_barrier()
             mbarrier.arrive(done_bar.index(0))
         else:
             if USE_PDL:  # the key loops are done: the combine kernel may launch (paged_attention._PDL)
                 _signal_dependents()
             mbarrier.wait(done_bar.index(0), 0)
-            m_1 = ml_smem.index(0).load(col)
-            l_1 = ml_smem.index(1).load(col)
+            m_1 = ml_smem.index(0).load(_COL)
+            l_1 = ml_smem.index(1).load(_COL)
             m = gl.maximum(m_i, m_1)
             m_ref = _finite(m)
             a0 = gl.exp2(m_i - m_ref)
@@ -247,68 +224,64 @@ if gluon is not None:
             m_i = m
             b0 = gl.expand_dims(a0, 0)
             b1 = gl.expand_dims(a1, 0)
-            o0 = _merged(o0, b0, cv_park, 0, b1, VCH, SLOT, ROWS, acc)
-            o1 = _merged(o1, b0, cv_park, 1, b1, VCH, SLOT, ROWS, acc)
-            o2 = _merged(o2, b0, cv_park, 2, b1, VCH, SLOT, ROWS, acc)
-            o3 = _merged(o3, b0, cv_park, 3, b1, VCH, SLOT, ROWS, acc)
-            o4 = _merged(o4, b0, cv_park, 4, b1, VCH, SLOT, ROWS, acc)
-            o5 = _merged(o5, b0, cv_park, 5, b1, VCH, SLOT, ROWS, acc)
-            o6 = _merged(o6, b0, cv_park, 6, b1, VCH, SLOT, ROWS, acc)
-            o7 = _merged(o7, b0, cv_park, 7, b1, VCH, SLOT, ROWS, acc)
-            # -- epilogue: O / l (fp8: times the scale, on the output itself) and lse = (m + log2 l) * LSE_UNIT --
+            o0 = _merged(o0, b0, cv_park, 0, b1, VCH)
+            o1 = _merged(o1, b0, cv_park, 1, b1, VCH)
+            o2 = _merged(o2, b0, cv_park, 2, b1, VCH)
+            o3 = _merged(o3, b0, cv_park, 3, b1, VCH)
+            o4 = _merged(o4, b0, cv_park, 4, b1, VCH)
+            o5 = _merged(o5, b0, cv_park, 5, b1, VCH)
+            o6 = _merged(o6, b0, cv_park, 6, b1, VCH)
+            o7 = _merged(o7, b0, cv_park, 7, b1, VCH)
+            # -- epilogue: O / l (times the scale: the output itself) and lse = (m + log2 l) * LSE_UNIT --
             _write(out_ptr, lse_ptr, o0, o1, o2, o3, o4, o5, o6, o7, m_i, l_i, kv_scale, r_c, t_c, q_start,
                    q_block_start, q_len, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head, HEADS, BLOCK_Q,
-                   ROWS, VCH, IS_FP8 and LSE_UNIT != 1.0, HAS_LSE, LSE_UNIT, 4)
+                   _ROWS, VCH, LSE_UNIT != 1.0, HAS_LSE, LSE_UNIT, 4)
 
     @gluon.jit
-    def _block(bufs, c: gl.constexpr, SLOT: gl.constexpr, ROWS: gl.constexpr):
-        """Latent chunk ``c``'s buffer as float32 [64, ROWS] blocks, block ``SLOT`` (the right
-        warpgroup's O^T): fp8, a [1, 64, 64] fp16 tile holding one [64, 16] block; else a stage
-        ring [2, 64, 64] (bf16/fp16) holding two [64, 32] blocks, the second on stage 1."""
-        return bufs[c]._reinterpret(gl.float32, [2, _TILE, ROWS], _PLAIN2).index(SLOT)
+    def _block(cvs, c: gl.constexpr):
+        """Latent chunk ``c``'s fp16 buffer as one float32 [64, 16] block (the right warpgroup's O^T)."""
+        return cvs[c]._reinterpret(gl.float32, [2, _TILE, _ROWS], _PLAIN2).index(0)
 
     @gluon.jit
-    def _park(bufs, o0, o1, o2, o3, o4, o5, o6, o7, VCH: gl.constexpr, SLOT: gl.constexpr, ROWS: gl.constexpr):
-        """The right warpgroup's O^T blocks (those the latent has) into ``_block`` ``SLOT`` of its
-        chunk buffers ``bufs``."""
-        _block(bufs, 0, SLOT, ROWS).store(o0)
+    def _park(cvs, o0, o1, o2, o3, o4, o5, o6, o7, VCH: gl.constexpr):
+        """The right warpgroup's O^T blocks (those the latent has) into its chunk buffers ``cvs``."""
+        _block(cvs, 0).store(o0)
         if VCH > 1:
-            _block(bufs, 1, SLOT, ROWS).store(o1)
+            _block(cvs, 1).store(o1)
         if VCH > 2:
-            _block(bufs, 2, SLOT, ROWS).store(o2)
+            _block(cvs, 2).store(o2)
         if VCH > 3:
-            _block(bufs, 3, SLOT, ROWS).store(o3)
+            _block(cvs, 3).store(o3)
         if VCH > 4:
-            _block(bufs, 4, SLOT, ROWS).store(o4)
+            _block(cvs, 4).store(o4)
         if VCH > 5:
-            _block(bufs, 5, SLOT, ROWS).store(o5)
+            _block(cvs, 5).store(o5)
         if VCH > 6:
-            _block(bufs, 6, SLOT, ROWS).store(o6)
+            _block(cvs, 6).store(o6)
         if VCH > 7:
-            _block(bufs, 7, SLOT, ROWS).store(o7)
+            _block(cvs, 7).store(o7)
 
     @gluon.jit
-    def _merged(o, b0, bufs, c: gl.constexpr, b1, VCH: gl.constexpr, SLOT: gl.constexpr, ROWS: gl.constexpr,
-                acc: gl.constexpr):
+    def _merged(o, b0, cvs, c: gl.constexpr, b1, VCH: gl.constexpr):
         """``o * b0 + O_1[c] * b1``: block ``c`` of both warpgroups' O^T, each rescaled to the merged max."""
         if c < VCH:
-            o = o * b0 + _block(bufs, c, SLOT, ROWS).load(acc) * b1
+            o = o * b0 + _block(cvs, c).load(_ACC) * b1
         return o
 
     @gluon.jit(do_not_specialize=["num_tokens", "num_seqs", "max_blocks", "split_tokens"])
     def _mla_fp8_kernel(
         q_latent_ptr, q_rope_ptr,  # [T, H, L], [T, H, R]
-        kv_desc,  # TMA descriptor of the cache as [rows, L + R], boxes [BOX, 64]
+        kv_desc,  # TMA descriptor of the fp8 cache as [rows, L + R], boxes [BOX, 64]
         block_table_ptr, seq_lens_ptr, query_start_loc_ptr,  # [B, MB], [B], [B + 1] int32
         out_ptr, lse_ptr,  # [T, H, L] or partials [T, S, H, L] float32; [T, H] or [T, S, H] float32
-        kv_scale_ptr,  # [] or [1] float32 (an fp8 cache; else any pointer, not read)
+        kv_scale_ptr,  # [] or [1] float32
         scale,
         num_tokens, num_seqs, num_blocks, max_blocks, split_tokens,
         block_rows,  # rows of the cache's [rows, L + R] view from one block to the next (_sm90.block_rows)
         stride_ql_tok, stride_ql_head, stride_qr_tok, stride_qr_head, stride_bt_seq, stride_bt_block,
         stride_sl, stride_qsl, stride_o_tok, stride_o_split, stride_o_head,
         stride_lse_tok, stride_lse_split, stride_lse_head,
-        HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, ROWS: gl.constexpr,
+        HEADS: gl.constexpr, BLOCK_Q: gl.constexpr,
         LATENT: gl.constexpr, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr,
         CAUSAL: gl.constexpr, HAS_LSE: gl.constexpr, LSE_UNIT: gl.constexpr, USE_PDL: gl.constexpr,
         CONSUMER_REGS: gl.constexpr,
@@ -326,20 +299,15 @@ if gluon is not None:
             return
 
         f16_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
-        p_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=ROWS * 2, element_bitwidth=16, rank=2)
+        p_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=16, rank=2)
         kv_dtype: gl.constexpr = kv_desc.dtype
         kv_layout: gl.constexpr = kv_desc.layout
-        IS_FP8: gl.constexpr = kv_dtype.primitive_bitwidth == 8
-        # the products' 16-bit type: fp16 for an fp8 cache (fp8 values are fp16 values), else the queries'
-        op_dtype: gl.constexpr = gl.float16 if IS_FP8 else q_latent_ptr.dtype.element_ty
         kvs = _rings9(CHUNKS, 2, _TILE, kv_dtype, kv_layout)
-        # fp8: each warpgroup's fp16 tile (else 1 KiB stand-ins: the products read the stages)
-        CV: gl.constexpr = VCH if IS_FP8 else 0
-        cv0 = _rings8(CV, 1, _TILE, gl.float16, f16_layout)
-        cv1 = _rings8(CV, 1, _TILE, gl.float16, f16_layout)
-        qs = _rings9(CHUNKS, 1, ROWS, op_dtype, f16_layout)
-        p_smem = gl.allocate_shared_memory(op_dtype, [2, _TILE, ROWS], p_layout)
-        ml_smem = gl.allocate_shared_memory(gl.float32, [2, ROWS], _PLAIN1)
+        cv0 = _rings8(VCH, 1, _TILE, gl.float16, f16_layout)
+        cv1 = _rings8(VCH, 1, _TILE, gl.float16, f16_layout)
+        qs = _rings9(CHUNKS, 1, _ROWS, gl.float16, f16_layout)
+        p_smem = gl.allocate_shared_memory(gl.float16, [2, _TILE, _ROWS], p_layout)
+        ml_smem = gl.allocate_shared_memory(gl.float32, [2, _ROWS], _PLAIN1)
         ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         q_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
@@ -350,21 +318,18 @@ if gluon is not None:
         mbarrier.init(q_bar.index(0), count=1)
         mbarrier.init(done_bar.index(0), count=1)
         fence_async_shared()
-        park = cv1 if IS_FP8 else kvs
 
         gl.warp_specialize([
-            (_consumer, (0, q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, kv_scale_ptr, kvs, cv0, park, qs,
+            (_consumer, (0, q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, kv_scale_ptr, kvs, cv0, cv1, qs,
                          p_smem, ml_smem, ready, empty, q_bar, done_bar, scale, q_start, q_block_start, q_len, context,
                          key_lo, kv_end, n_tiles, num_pages, num_blocks, seq_row_ptr, stride_bt_block, stride_ql_tok,
                          stride_ql_head, stride_qr_tok, stride_qr_head, stride_o_tok, stride_o_head, stride_lse_tok,
-                         stride_lse_head, HEADS, BLOCK_Q, ROWS, LATENT, BLOCK_SIZE, CAUSAL, HAS_LSE, LSE_UNIT,
-                         USE_PDL, IS_FP8)),
-            (_consumer, (1, q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, kv_scale_ptr, kvs, cv1, park, qs,
+                         stride_lse_head, HEADS, BLOCK_Q, LATENT, BLOCK_SIZE, CAUSAL, HAS_LSE, LSE_UNIT, USE_PDL)),
+            (_consumer, (1, q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, kv_scale_ptr, kvs, cv1, cv1, qs,
                          p_smem, ml_smem, ready, empty, q_bar, done_bar, scale, q_start, q_block_start, q_len, context,
                          key_lo, kv_end, n_tiles, num_pages, num_blocks, seq_row_ptr, stride_bt_block, stride_ql_tok,
                          stride_ql_head, stride_qr_tok, stride_qr_head, stride_o_tok, stride_o_head, stride_lse_tok,
-                         stride_lse_head, HEADS, BLOCK_Q, ROWS, LATENT, BLOCK_SIZE, CAUSAL, HAS_LSE, LSE_UNIT,
-                         USE_PDL, IS_FP8)),
+                         stride_lse_head, HEADS, BLOCK_Q, LATENT, BLOCK_SIZE, CAUSAL, HAS_LSE, LSE_UNIT, USE_PDL)),
             (_producer, (kv_desc, kvs, ready, empty, key_lo, n_tiles, seq_row_ptr, stride_bt_block, num_pages,
                          num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)),
         ], [4, 1], [CONSUMER_REGS, _REGS_PRODUCER])
@@ -372,35 +337,31 @@ if gluon is not None:
 
 def constants(num_heads: int, block_q: int, pdl: bool) -> dict:
     """This kernel's own launch constants (``mla_sm90._launcher`` gives the shared ones)."""
-    return dict(HEADS=num_heads, BLOCK_Q=block_q, ROWS=narrow.rows(num_heads, block_q), USE_PDL=bool(pdl),
-                CONSUMER_REGS=REGS_CONSUMER, num_warps=4)
+    return dict(HEADS=num_heads, BLOCK_Q=block_q, USE_PDL=bool(pdl), CONSUMER_REGS=REGS_CONSUMER, num_warps=4)
 
 
 # Shared memory beyond the kernel's own buffers: the epilogue's layout change of float32
-# partials (64 x ROWS x 4 bytes), the row statistics and barriers. fp8, latent 512, split (float32
+# partials (64 x 16 x 4 bytes), the row statistics and barriers. Latent 512, split (float32
 # partials): 231872 bytes in all, sm_90 SASS, against 227328 for the buffers.
-def _scratch(rows: int) -> int:
-    return 64 * rows * 4 + 512
+_SCRATCH = 64 * ROWS * 4 + 512
 
 
-def smem_fits(latent: int, rows: int, fp8: bool) -> bool:
-    """Two stages, (fp8) two fp16 latent tiles, Q, two P tiles and the scratch within an sm_90
+def smem_fits(latent: int) -> bool:
+    """Two fp8 stages, two fp16 latent buffers, Q, two P tiles and ``_SCRATCH`` within an sm_90
     program's shared memory."""
     chunks = latent // 64 + 1
-    vch = latent // 64 if fp8 else 0
-    unused = 2 * (9 - chunks) + 2 * (8 - vch)  # the rings' [1, 8, 64] stand-ins (1 KiB a piece, aligned)
-    stage = chunks * 64 * 64 * (1 if fp8 else 2)
-    need = 2 * stage + 2 * vch * 64 * 64 * 2 + unused * 1024 + chunks * rows * 64 * 2 + 2 * 64 * rows * 2
-    return need + _scratch(rows) <= narrow.SMEM_BYTES
+    vch = latent // 64
+    unused = 2 * (9 - chunks) + 2 * (8 - vch)  # the rings' [1, 8, 64] stand-ins past the latent (1 KiB a piece, aligned)
+    need = 2 * chunks * 64 * 64 + 2 * vch * 64 * 64 * 2 + unused * 1024 + chunks * ROWS * 64 * 2 + 2 * 64 * ROWS * 2
+    return need + _SCRATCH <= narrow.SMEM_BYTES
 
 
 def declines(q_latent: Tensor, kv_cache: Tensor, block_q: int) -> str | None:
-    """Why this kernel does not take a call the narrow kernel takes (None: it takes it): fp8
-    caches of 16 rows a program, caches of the queries' dtype of ``BF16_ROWS`` rows."""
-    fp8 = kv_cache.dtype in _FP8
-    rows = narrow.rows(q_latent.shape[1], block_q)
-    if rows != (ROWS if fp8 else BF16_ROWS):
-        return f"rows: {ROWS} a program on fp8 caches, {BF16_ROWS} on others"
-    if not smem_fits(q_latent.shape[2], rows, fp8):
+    """Why this kernel does not take a call the narrow kernel takes (None: it takes it)."""
+    if kv_cache.dtype not in _FP8:
+        return "an fp8 cache only"
+    if narrow.rows(q_latent.shape[1], block_q) != ROWS:
+        return f"rows: query tokens x heads at most {ROWS} a program"
+    if not smem_fits(q_latent.shape[2]):
         return "shared memory"
     return None
