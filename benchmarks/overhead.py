@@ -34,6 +34,9 @@ shipped, and with ``TORCH_PAGED_ATTN_FAST_LAUNCH=0`` (columns ``... slow``: ever
 the Triton backend's host path (validation, planning, argument building, the cached launcher's key
 and lookup) with every kernel binary replaced by a no-op, on CPU tensors when ``--device cpu``;
 ``wall us`` is then the whole figure. What it leaves out is Triton's C launcher and the driver.
+With ``--triton-launcher`` (Triton 3.6) each binary's launcher is Triton's own Python
+``CudaLauncher`` around the no-op, so the figure also counts whatever of Triton's Python a
+cached launch still goes through (``_launch.FastLauncher._plain_entry``).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ import os
 import statistics
 import sys
 import time
+import types
 from typing import Any, Callable
 
 import torch
@@ -95,11 +99,13 @@ def _env(name: str, value: str | None):
 
 
 @contextlib.contextmanager
-def null_launch():
+def null_launch(triton_launcher: bool = False):
     """Route every op to the Triton backend's host code, whatever the device, with each kernel
     binary a no-op (``--null-launch``): validation, planning, argument building and the cached
     launcher (``lowering/triton/_launch.py``: its per-call key and cache lookup) run as on a GPU,
-    and the call stops where the binary's C launcher would be called. Restored on exit."""
+    and the call stops where the binary's C launcher would be called. ``triton_launcher``: each
+    binary's ``run`` is Triton 3.6's ``CudaLauncher`` around the no-op (``_cuda_launcher``), as a
+    compiled binary's is. Restored on exit."""
     from triton.runtime.jit import JITFunction
 
     from torch_paged_attn import lowering
@@ -117,7 +123,19 @@ def null_launch():
 
         def _miss(self, grid, kwargs):
             binary = functools.partial(no_binary, self.kernel.fn.__name__)
-            self.cache[self.current_device(), self._key(kwargs)] = (binary, None, None, None)
+            if triton_launcher:
+                run = _cuda_launcher(binary)
+                entry = (run, None, None, types.SimpleNamespace(run=run, function=None, packed_metadata=None))
+            else:
+                entry = (binary, None, None, None)
+            self.cache[self.current_device(), self._key(kwargs)] = entry
+
+        def _plain_entry(self, entry):
+            # a planned launch: the stand-in binary as its C launcher (13 leading arguments, launch
+            # flags False), as _plain_entry makes it of a real binary's CudaLauncher
+            if triton_launcher:
+                return super()._plain_entry(entry)
+            return (entry[0], None, None, None, False, False)
 
         def _descriptor_entry(self, entry, descriptors, tensors):
             # a Gluon kernel's launch with pre-encoded descriptors: the stand-in binary as its C
@@ -125,7 +143,8 @@ def null_launch():
             # encode with here; the real encoding too runs once per cache address)
             caches = tuple(_launch.DescriptorCache.of(descriptors[p.name], tensors[p.name].dtype, {}, stand_in_encode)
                            for p in self.params if p.name in descriptors)
-            return (entry[0], None, None, None, False, False, *caches)
+            binary = entry[0].launch if triton_launcher else entry[0]
+            return (binary, None, None, None, False, False, *caches)
 
     def stand_in_encode(desc, meta) -> list:
         return [object(), *desc.shape, *desc.strides]
@@ -162,6 +181,25 @@ def null_launch():
         if gluon is not None:
             gluon.declines, paged_attention._num_sms = saved_gluon
         lowering._CHOICES.clear()
+
+
+def _triton_36() -> bool:
+    import triton
+
+    return triton.__version__.startswith("3.6.")
+
+
+def _cuda_launcher(binary: Callable) -> Any:
+    """Triton 3.6's ``CudaLauncher`` (backends/nvidia/driver.py) with ``binary`` as its C launcher,
+    no scratch memory and no launch flags, as ``CompiledKernel.run`` is for a compiled binary."""
+    from triton.backends.nvidia import driver
+
+    run = driver.CudaLauncher.__new__(driver.CudaLauncher)
+    run.num_ctas, run.launch = 1, binary
+    run.global_scratch_size = run.profile_scratch_size = 0
+    run.global_scratch_align = run.profile_scratch_align = 1
+    run.launch_cooperative_grid = run.launch_pdl = False
+    return run
 
 
 def _gluon_mla_module():
@@ -308,14 +346,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="100 calls, 3 repetitions")
     ap.add_argument("--out", default=RESULTS, help="directory of the JSON results")
     ap.add_argument("--null-launch", action="store_true", help="package host code only: kernel binaries are no-ops")
+    ap.add_argument("--triton-launcher", action="store_true",
+                    help="with --null-launch: each no-op behind Triton 3.6's CudaLauncher")
     args = ap.parse_args(argv)
+    if args.triton_launcher and not (args.null_launch and _triton_36()):
+        ap.error("--triton-launcher needs --null-launch and Triton 3.6 (its CudaLauncher)")
     device = H.resolve_device(args.device)
     calls, reps = (min(args.calls, 100), 3) if args.quick else (args.calls, 5)
 
     meta = H.device_info(device)
     meta["args"] = vars(args)
     path = H.json_path("overhead", meta, args.out)
-    with null_launch() if args.null_launch else contextlib.nullcontext((None, None)) as (binary_calls, kernels):
+    with (null_launch(args.triton_launcher) if args.null_launch
+          else contextlib.nullcontext((None, None))) as (binary_calls, kernels):
         rows = _measure_all(args, device, calls, reps, binary_calls, kernels)
     null = next((r.extra.get("events_us") for r in rows if r.provider == "null kernel, cached launch"), None)
     for r in rows:

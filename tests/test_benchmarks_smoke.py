@@ -192,6 +192,21 @@ def test_overhead_null_launch_cpu(tmp_path):
     assert (lowering._choose, _launch._fast_launcher, _launch._cached_path_open) == saved
 
 
+def test_overhead_null_launch_behind_triton_launcher_cpu(tmp_path):
+    """--null-launch --triton-launcher: each no-op binary behind Triton 3.6's CudaLauncher, whose
+    C launcher the planned launches call (Triton 3.6 only)."""
+    import triton
+
+    if not triton.__version__.startswith("3.6."):
+        pytest.skip("Triton 3.6's CudaLauncher only")
+    overhead = _load("overhead")
+    argv = ["--device", "cpu", "--quick", "--calls", "5", "--null-launch", "--triton-launcher", "--out", str(tmp_path)]
+    assert overhead.main(argv) == 0
+    doc = json.loads(next(tmp_path.glob("overhead-*.json")).read_text())
+    for r in doc["rows"]:
+        assert r["status"] == "ok" and r["extra"]["cached_launches"] >= 1, r
+
+
 def test_plot(results, tmp_path):
     pytest.importorskip("matplotlib")
     plot = _load("plot")

@@ -813,27 +813,34 @@ def test_descriptor_cache_key(fake_fill, monkeypatch) -> None:
     assert _launch.DescriptorCache.of(_spec(), torch.float16, _META, encode) is not cache
 
 
-def _triton_launcher(raw, metas: list, scratch: int = 0):
+_DESC_SIGNATURE = {"x_ptr": "*fp32", "x_desc": "tensordesc<bf16[64, 64]>", "n": "i32", "BLOCK": "constexpr"}
+_PLAIN_SIGNATURE = {"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32", "m": "i32", "scale": "fp32", "flag": "i32",
+                    "BLOCK": "constexpr", "MODE": "constexpr"}
+
+
+def _triton_launcher(raw, metas: list | None, scratch: int = 0, profile_scratch: int = 0,
+                     signature: dict = _DESC_SIGNATURE, launcher_class=None):
     """Triton 3.6's own ``CudaLauncher`` (its ``__call__`` and ``wrap_handle_tensordesc``) around
-    the C launcher ``raw``, for ``_desc_kernel_fn``'s signature, without compiling anything."""
+    the C launcher ``raw``, for ``_desc_kernel_fn``'s signature (or ``signature``), without
+    compiling anything."""
     from triton.backends.nvidia import driver
 
-    signature = {"x_ptr": "*fp32", "x_desc": "tensordesc<bf16[64, 64]>", "n": "i32", "BLOCK": "constexpr"}
-    run = driver.CudaLauncher.__new__(driver.CudaLauncher)
+    launcher_class = launcher_class or driver.CudaLauncher
+    run = launcher_class.__new__(launcher_class)
     run.num_ctas = 1
     run.launch = driver.wrap_handle_tensordesc(raw, signature, metas)
     run.global_scratch_size, run.global_scratch_align = scratch, 128
-    run.profile_scratch_size, run.profile_scratch_align = 0, 1
+    run.profile_scratch_size, run.profile_scratch_align = profile_scratch, 1
     run.launch_cooperative_grid, run.launch_pdl = False, True
     return run
 
 
 class _DescStandIn(JITFunction):
-    """A JITFunction over ``_desc_kernel_fn`` whose ``kernel[grid]`` launches, as
+    """A JITFunction over ``_desc_kernel_fn`` (or ``fn``) whose ``kernel[grid]`` launches, as
     ``JITFunction.run`` does, one stand-in binary per specialisation with Triton's launcher."""
 
-    def __init__(self, make_run):
-        super().__init__(_desc_kernel_fn)
+    def __init__(self, make_run, fn=_desc_kernel_fn):
+        super().__init__(fn)
         self.make_run = make_run
         self.binaries: dict[tuple, Any] = {}
         self.slow_calls = 0
@@ -907,6 +914,83 @@ def test_descriptor_launch_passes_what_triton_passes(fake_fill, monkeypatch) -> 
     # nor one whose launcher is not Triton 3.6's CudaLauncher
     entry = (None, None, None, types.SimpleNamespace(run=lambda *a: None, function=1, packed_metadata=(4, 1, 0)))
     assert fast._descriptor_entry(entry, {"x_desc": spec}, {"x_desc": base}) is None
+
+
+@triton_36
+def test_planned_launch_calls_the_c_launcher_as_triton_does(monkeypatch) -> None:
+    """A cached launch without descriptors calls the binary's C launcher itself with exactly the
+    arguments Triton's ``CudaLauncher.__call__`` passes it for the same call (launch flags, None
+    for scratch), and runs the binary Triton chooses (check mode too)."""
+    from triton.backends.nvidia import driver
+
+    monkeypatch.setattr(_launch, "_cached_path_open", _open_on_cpu)
+    raw_calls: list[tuple] = []
+
+    def raw(*args):
+        raw_calls.append(args)
+
+    kernel = _DescStandIn(lambda: _triton_launcher(raw, None, signature=_PLAIN_SIGNATURE), _kernel_fn)
+    fast = _launch.FastLauncher(kernel, current_device=lambda: 0, current_stream=lambda d: 77)
+    monkeypatch.setattr(_launch, "_fast_launcher", lambda k: fast if k is kernel else None)
+    go = _launch.launcher(kernel, (3, 2), **_CONSTANTS)
+    x, y = torch.zeros(8), torch.zeros(4)
+    first = go(x, x_ptr=x, y_ptr=y)  # through kernel[grid]
+    assert kernel.slow_calls == 1 and len(raw_calls) == 1
+    entry = fast._plain_entry((first.run, first.function, first.packed_metadata, first))
+    assert entry == (raw, first.function, first.packed_metadata, first, False, True)  # the C launcher itself
+    for a, b in ((x, y), (y, x), (x, x)):
+        assert go(x, x_ptr=a, y_ptr=b) is first and kernel.slow_calls == 1
+        cached = raw_calls[-1]
+        # Triton's own launch of these arguments: CompiledKernel.run = CudaLauncher.__call__ -> C launcher
+        first.run(3, 2, 1, 77, first.function, first.packed_metadata, None, None, None,
+                  a.data_ptr(), b.data_ptr(), 33, 16, 0.5, 3, 16, "a")
+        assert cached == raw_calls[-1], (cached, raw_calls[-1])
+        assert cached[:13] == (3, 2, 1, 77, first.function, False, True, None, None, (4, 1, 0), None, None, None)
+        assert cached[13:] == (a.data_ptr(), b.data_ptr(), 33, 16, 0.5, 3, 16, "a")
+    # a new dtype is another specialisation, another binary
+    assert go(x, x_ptr=x.double(), y_ptr=y) is not first and kernel.slow_calls == 2
+    monkeypatch.setattr(_launch, "_cached_path_open", lambda like: "check")
+    assert go(x, x_ptr=x, y_ptr=y) is first  # Triton agrees
+
+    # another launcher (a subclass of Triton's, another class): its run, with run's arguments
+    class Launcher(driver.CudaLauncher):
+        pass
+
+    calls = []
+    for run in (_triton_launcher(raw, None, signature=_PLAIN_SIGNATURE, launcher_class=Launcher),
+                lambda *args: calls.append(args)):
+        other = fast._plain_entry((run, 5, (4, 1, 0), first))
+        assert other[0].func is _launch._through_run and other[0].args == (run,) and other[1:4] == (5, (4, 1, 0), first)
+        other[0](3, 2, 1, 77, 5, other[4], other[5], None, None, (4, 1, 0), None, None, None, 11, 12)
+    assert raw_calls[-1] == (3, 2, 1, 77, 5, False, True, None, None, (4, 1, 0), None, None, None, 11, 12)
+    assert calls == [(3, 2, 1, 77, 5, (4, 1, 0), None, None, None, 11, 12)]
+
+
+@triton_36
+@pytest.mark.parametrize("scratch", ["global", "profile"])
+def test_planned_launch_with_scratch_goes_through_triton(scratch, monkeypatch) -> None:
+    """A binary with global or profile scratch memory launches every call through Triton's
+    ``CudaLauncher``, which allocates it, with the arguments ``CompiledKernel.run`` takes."""
+    from triton.backends.nvidia import driver
+
+    monkeypatch.setattr(_launch, "_cached_path_open", _open_on_cpu)
+    allocations = []
+    allocator = types.SimpleNamespace(get=lambda: lambda size, align, stream: allocations.append(size) or 1234)
+    monkeypatch.setattr(driver._allocation, "_allocator" if scratch == "global" else "_profile_allocator", allocator)
+    raw_calls: list[tuple] = []
+    sizes = dict(scratch=64) if scratch == "global" else dict(profile_scratch=64)
+    kernel = _DescStandIn(lambda: _triton_launcher(lambda *a: raw_calls.append(a), None, signature=_PLAIN_SIGNATURE,
+                                                   **sizes), _kernel_fn)
+    fast = _launch.FastLauncher(kernel, current_device=lambda: 0, current_stream=lambda d: 77)
+    go = fast.constant_launch((3,), _CONSTANTS)
+    x, y = torch.zeros(8), torch.zeros(4)
+    first = go(x, x_ptr=x, y_ptr=y)
+    for _ in range(3):
+        assert go(x, x_ptr=x, y_ptr=y) is first
+    assert kernel.slow_calls == 1 and len(allocations) == 4 == len(raw_calls)  # scratch at every launch
+    slot = 7 if scratch == "global" else 8
+    assert all(c[slot] == 1234 and c[15 - slot] is None for c in raw_calls)
+    assert raw_calls[-1][13:] == (x.data_ptr(), y.data_ptr(), 33, 16, 0.5, 3, 16, "a")
 
 
 @triton_36

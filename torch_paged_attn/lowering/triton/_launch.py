@@ -4,8 +4,10 @@
 launches: every argument but the tensors is fixed when the plan is made, and each call passes the
 tensors alone, ``launcher(like, **tensors)``. On the cached path (below) the part of the cache key
 that the constants decide is not recomputed per call: a call costs the tensors' dtypes and
-addresses, one dictionary lookup and the binary's launcher, which gets the addresses (no driver
-query per pointer). Elsewhere it is ``launch(kernel, grid, like)(**tensors, **constants)``.
+addresses, one dictionary lookup and the binary's C launcher, which gets the addresses (no
+driver query per pointer) and is called directly, with no Python frame of Triton's in between,
+for every binary that needs no scratch memory ("Planned launches" below). Elsewhere it is
+``launch(kernel, grid, like)(**tensors, **constants)``.
 
 ``launch(kernel, grid, like)`` is ``wrap_triton(kernel)[grid]`` whenever something may be
 tracing (torch.compile, fake or functional tensors, a dispatch mode on the stack): that is what
@@ -51,6 +53,14 @@ None, None, packed_metadata, None, None, None, *arguments)`` (``launch_metadata`
 base address once (``DescriptorCache``). A binary with scratch, without TMA metadata or with
 another launcher launches with a ``TensorDescriptor`` as before; elsewhere (tracing, CPU, other
 Tritons) the ``TensorDescriptor`` is built per call and ``launch`` runs.
+
+Planned launches. A ``launcher`` launch without descriptors calls its binary's C launcher the
+same way, with the same 13 leading arguments (``mod.launch``, read from ``CudaLauncher.launch``:
+``_direct_launch``), where ``JITFunction.run`` calls ``CudaLauncher.__call__``, a Python frame
+that allocates no scratch for sizes of 0 and then calls ``mod.launch`` with exactly those
+arguments (1.7 us a call under cProfile, 3000 paged_attention calls, H100 host, 2026-11-26). A
+binary with scratch memory or another launcher gets its ``run`` with the arguments
+``CompiledKernel.run`` takes (``_through_run``).
 """
 
 from __future__ import annotations
@@ -265,8 +275,9 @@ def launch(_grid, {params}):
         at every cached launch which binary it would run, as ``bind(grid, check=True)`` does.
         Elsewhere ``go`` is ``launch``.
 
-        A cached launch passes each tensor as its address (``data_ptr()``, read once for the key
-        and the launch), which the C launcher takes as it is: given a tensor it would call
+        A cached launch calls the binary's C launcher (``_plain_entry``, ``_descriptor_entry``)
+        and passes each tensor as its address (``data_ptr()``, read once for the key and the
+        launch), which the C launcher takes as it is: given a tensor it would call
         ``data_ptr()`` again and ask the driver to translate the address
         (``cuPointerGetAttribute``), a check that the tensor is on a GPU. The caller guarantees
         that: every tensor of a call is on the device of ``like`` (the ops validate the devices of
@@ -303,8 +314,9 @@ def launch(_grid, {params}):
             full = self._key(arguments)
             device = self.current_device()
             entry = self.cache.get((device, full)) if full is not None else None
-            if entry is not None and descriptors:
-                entry = self._descriptor_entry(entry, descriptors, tensors)
+            if entry is not None:
+                entry = (self._descriptor_entry(entry, descriptors, tensors) if descriptors
+                         else self._plain_entry(entry))
             if key is not None and entry is not None:
                 cache[key] = entry
                 given = [tensors[n] for n in own]
@@ -402,13 +414,11 @@ def launch(_grid, {params}):
         # the fixed arguments as tuples, star-unpacked into the call: 59 constants of the attention
         # kernel cost 0.7 us less than as 59 closure variables (2-core CPU, 2026-11-24)
         fixed_runs = "".join(f"    _fixed{i} = ({''.join(f'{a}, ' for a in run)})\n" for i, run in enumerate(runs))
-        if descriptors:  # the C launcher itself (an entry of _descriptor_entry), descriptors encoded
-            encoded = "".join(f"_d_{n} = _entry[{6 + j}].get(_p_{n}) or _entry[{6 + j}].encode({n})\n        "
-                              for j, n in enumerate(d for d in tensors if d in descriptors))
-            binary = (f"{encoded}_entry[0](_g0, _g1, _g2, _current_stream(_device), _entry[1], _entry[4], _entry[5], "
-                      f"None, None, _entry[2], None, None, None,")
-        else:  # the binary's launcher (CompiledKernel.run)
-            binary = "_entry[0](_g0, _g1, _g2, _current_stream(_device), _entry[1], _entry[2], None, None, None,"
+        # the C launcher's arguments (an entry of _plain_entry or _descriptor_entry), descriptors encoded
+        encoded = "".join(f"_d_{n} = _entry[{6 + j}].get(_p_{n}) or _entry[{6 + j}].encode({n})\n        "
+                          for j, n in enumerate(d for d in tensors if d in descriptors))
+        binary = (f"{encoded}_entry[0](_g0, _g1, _g2, _current_stream(_device), _entry[1], _entry[4], _entry[5], "
+                  f"None, None, _entry[2], None, None, None,")
         src = f"""
 def factory(_g0, _g1, _g2, _constants, _cache, _aligned, _miss, _elsewhere, _check):
     ({unpack}) = _constants
@@ -442,6 +452,22 @@ def factory(_g0, _g1, _g2, _constants, _cache, _aligned, _miss, _elsewhere, _che
         exec(src, namespace)
         return namespace["factory"]
 
+    def _plain_entry(self, entry: tuple) -> tuple:
+        """The entry of ``constant_launch``'s launches without descriptors for the binary of
+        ``entry`` (an entry of ``self.cache``: run, function, packed_metadata, compiled):
+        ``(launch, function, packed_metadata, compiled, launch_cooperative_grid, launch_pdl)``,
+        ``launch`` called as Triton 3.6's C launcher is, ``launch(g0, g1, g2, stream, function,
+        launch_cooperative_grid, launch_pdl, None, None, packed_metadata, None, None, None,
+        *arguments)``. Where the binary's ``run`` is Triton 3.6's ``CudaLauncher`` and needs no
+        scratch memory (``_direct_launch``), ``launch`` is what ``run`` would call with those very
+        arguments, with no Python frame between (see "Planned launches" in the module
+        docstring); otherwise ``run`` itself behind ``_through_run``, which drops the four
+        arguments ``CudaLauncher.__call__`` inserts."""
+        direct = _direct_launch(entry[0])
+        if direct is not None:
+            return (direct[0], entry[1], entry[2], entry[3], direct[1], direct[2])
+        return (functools.partial(_through_run, entry[0]), entry[1], entry[2], entry[3], None, None)
+
     def _descriptor_entry(self, entry: tuple, descriptors: dict[str, Descriptor], tensors: dict[str, Any]):
         """The entry of ``constant_launch``'s descriptor launches for the binary of ``entry`` (an
         entry of ``self.cache``: run, function, packed_metadata, compiled) whose descriptor
@@ -450,14 +476,11 @@ def factory(_g0, _g1, _g2, _constants, _cache, _aligned, _miss, _elsewhere, _che
         parameter order)``; None where the binary's launch is not the one read from Triton 3.6
         (``_unwrapped_launcher``) or needs scratch memory, which then launches as before."""
         compiled = entry[3]
-        unwrapped = _unwrapped_launcher(getattr(compiled, "run", None))
+        direct = _direct_launch(getattr(compiled, "run", None))
+        unwrapped = None if direct is None else _unwrapped_launcher(direct[0])
         if unwrapped is None:
             return None
         raw, indices, metas, encode = unwrapped
-        run = compiled.run
-        # CudaLauncher.__call__ allocates scratch only for sizes > 0 and passes None otherwise
-        if run.global_scratch_size > 0 or run.profile_scratch_size > 0:
-            return None
         positions = [i for i, p in enumerate(self.params) if p.name in descriptors]
         if sorted(indices) != positions or len(metas) != len(positions) or any(m is None for m in metas):
             return None  # descriptors not lowered to TMA (meta None): their expansion holds the tensor
@@ -465,8 +488,7 @@ def factory(_g0, _g1, _g2, _constants, _cache, _aligned, _miss, _elsewhere, _che
             DescriptorCache.of(descriptors[self.params[i].name], tensors[self.params[i].name].dtype, meta, encode)
             for i, meta in zip(positions, metas)
         )
-        return (raw, compiled.function, compiled.packed_metadata, compiled, run.launch_cooperative_grid,
-                run.launch_pdl, *caches)
+        return (raw, compiled.function, compiled.packed_metadata, compiled, direct[1], direct[2], *caches)
 
     def _first(self, grid, **kwargs):
         self._generate(kwargs)
@@ -689,20 +711,46 @@ def _frozen(value: Any) -> Any:
     return value
 
 
-def _unwrapped_launcher(run: Any) -> tuple[Callable, set, list, Callable] | None:
-    """``(C launcher, descriptor argument indices, tensordesc_meta, make_tensordesc_arg)`` behind
-    Triton 3.6's ``CudaLauncher`` ``run`` whose ``launch`` is ``wrap_handle_tensordesc``'s
-    ``inner`` (a kernel with descriptor arguments), read from that closure; None for anything
-    else (another launcher class, another Triton's wrapper, a kernel without descriptors)."""
-    inner = getattr(run, "launch", None)
-    code = getattr(inner, "__code__", None)
-    if (type(run).__name__ != "CudaLauncher" or code is None
-            or getattr(inner, "__qualname__", "") != "wrap_handle_tensordesc.<locals>.inner"):
-        return None
-    driver = sys.modules.get(getattr(inner, "__module__", ""))
-    encode = getattr(driver, "make_tensordesc_arg", None)
-    if encode is None or getattr(driver, "_BASE_ARGS_FORMAT", None) != "iiiKKppOOOOOO":
+def _direct_launch(run: Any) -> tuple[Callable, bool, bool] | None:
+    """``(run.launch, run.launch_cooperative_grid, run.launch_pdl)`` where ``run`` is Triton 3.6's
+    ``CudaLauncher`` (backends/nvidia/driver.py) of a binary without global or profile scratch
+    memory, else None (another launcher class or Triton, a binary with scratch).
+    ``CudaLauncher.__call__(g0, g1, g2, stream, function, *rest)`` is then exactly
+    ``run.launch(g0, g1, g2, stream, function, launch_cooperative_grid, launch_pdl, None, None,
+    *rest)``: it allocates scratch only for sizes > 0 and passes None otherwise. ``run.launch`` is
+    the binary's C launcher ``mod.launch``, or, for a kernel with descriptor arguments,
+    ``wrap_handle_tensordesc``'s ``inner`` around it (``_unwrapped_launcher``)."""
+    cls = type(run)
+    driver = sys.modules.get(cls.__module__)
+    if (cls.__name__ != "CudaLauncher" or getattr(driver, "CudaLauncher", None) is not cls
+            or getattr(driver, "_BASE_ARGS_FORMAT", None) != "iiiKKppOOOOOO"):
         return None  # the 13 leading arguments of the C launcher this module passes
+    try:
+        if run.global_scratch_size > 0 or run.profile_scratch_size > 0:
+            return None
+        return run.launch, run.launch_cooperative_grid, run.launch_pdl
+    except AttributeError:  # not the CudaLauncher this module knows
+        return None
+
+
+def _through_run(run: Callable, g0, g1, g2, stream, function, launch_cooperative_grid, launch_pdl,
+                 global_scratch, profile_scratch, *rest) -> None:
+    """A binary's ``run`` (``CompiledKernel.run``) called with a C launcher's arguments
+    (``FastLauncher._plain_entry``): without the four that ``CudaLauncher.__call__`` inserts."""
+    run(g0, g1, g2, stream, function, *rest)
+
+
+def _unwrapped_launcher(inner: Any) -> tuple[Callable, set, list, Callable] | None:
+    """``(C launcher, descriptor argument indices, tensordesc_meta, make_tensordesc_arg)`` behind
+    the ``launch`` of Triton 3.6's ``CudaLauncher`` (``_direct_launch``) where that is
+    ``wrap_handle_tensordesc``'s ``inner`` (a kernel with descriptor arguments), read from that
+    closure; None for anything else (another Triton's wrapper, a kernel without descriptors)."""
+    code = getattr(inner, "__code__", None)
+    if code is None or getattr(inner, "__qualname__", "") != "wrap_handle_tensordesc.<locals>.inner":
+        return None
+    encode = getattr(sys.modules.get(getattr(inner, "__module__", "")), "make_tensordesc_arg", None)
+    if encode is None:
+        return None
     try:
         cells = dict(zip(code.co_freevars, (c.cell_contents for c in inner.__closure__)))
     except ValueError:  # an empty cell
