@@ -103,7 +103,7 @@ def contiguous_strides(*shape: int) -> tuple[int, ...]:
 def launch(kernel, grid, like: torch.Tensor):
     """The launcher of ``kernel`` over ``grid`` for a call whose tensors look like ``like``;
     call it with the kernel's arguments by keyword."""
-    if type(like) is torch.Tensor and torch._C._len_torch_dispatch_stack() == 0:
+    if type(like) is torch.Tensor and _dispatch_modes() == 0:
         mode = _cached_path_open(like)  # looked up in the module per call (benchmarks/overhead.py swaps it)
         if mode is not None:
             fast = _fast_launcher(kernel)
@@ -771,10 +771,16 @@ def _cached_path_open(like: torch.Tensor) -> str | None:
 def _untraced_mode() -> str | None:
     """``TORCH_PAGED_ATTN_FAST_LAUNCH`` (None for ``0``) while nothing traces: no dispatch mode on
     the stack, not compiling (then the switch is read without ``EnvVar.get``'s tracing test)."""
-    if torch._C._len_torch_dispatch_stack() == 0 and not torch.compiler.is_compiling():
+    if _dispatch_modes() == 0 and not _is_compiling():
         mode = _MODE.read()
         return None if mode == "0" else mode
     return None
+
+
+# the tests of _untraced_mode, bound once: 0.18 us a call instead of 0.22 us through the attribute
+# chains (2-core CPU, Triton 3.6, 2026-11-26); every cached launch runs them
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_is_compiling = torch.compiler.is_compiling
 
 
 try:
