@@ -159,6 +159,9 @@ SWEEPS = {
     "pdl_mla_h16": Sweep("B128_ctx4096_H16", None, 0, _PDL, attributes=("_PDL",)),
     "pdl_mla_b32": Sweep("B32_ctx8192_H16", None, 0, _PDL, attributes=("_PDL",)),
     "combine_mla_b1": Sweep("B1_ctx32768_H128", None, 0, _COMBINE, attributes=_COMBINE_ATTRIBUTES),
+    # partials an iteration of whole-row combine programs that do not cover the SMs
+    "combine_mla_rows": Sweep("B1_ctx32768_H128", None, 0, ((4,), (8,), (16,)),
+                              attributes=("_COMBINE_ROW_LOAD_SPLITS",)),
     # fp8 H16: "keys" makes the latent tile the first operand of the score dots, converted in the
     # registers it is loaded to (sm_90, Triton 3.6: per key, 12-20 SASS instructions a thread at
     # TILE_N 64 against 29 for the "rows" tile (32, 4, 2, 2), no byte-wide shared loads)

@@ -2,7 +2,9 @@
 # allocation a chunk, the eager host path's pieces, the wide kernel's source-level profile.
 #   bash run.sh OUT PART...   PART: probe (probe.py: the tree's wide and fp8 MLA kernels against
 #       main e3e94b3's) | probe-mtp (probe_mtp.py, on commit 86e8123's tree) | narrow (the narrow and
-#       fp8 kernels' tests) | host (host_probe.py) | mla (the MLA test files) | fuzz-wide / fuzz-narrow (the
+#       fp8 kernels' tests) | host (host_probe.py) | kernels (kernels.py: each kernel's time in a
+#       call) | tune-combine (tune.py's combine sweeps of MLA B1 x 32768 H128) |
+#       launch (the cached launcher's, plan-cache and merge tests) | mla (the MLA test files) | fuzz-wide / fuzz-narrow (the
 #       Gluon MLA fuzzes: the wide kernel's; the narrow kernel's on bf16 and fp8 caches) | fuzz-attn (the attention fuzz) | attn (attention, launcher,
 #       compile, plan-cache and merge tests) | memcheck (the fp8 cases, NaN scales and bad block
 #       ids under compute-sanitizer) | source-SHAPE (Nsight Compute, the kernel of KERNEL (regex)
@@ -27,6 +29,10 @@ probe) timeout 300 python3 "$here/probe.py" > "$out/probe.txt" 2>&1; tail -18 "$
 probe-mtp) timeout 300 python3 "$here/probe_mtp.py" > "$out/probe-mtp.txt" 2>&1; tail -14 "$out/probe-mtp.txt" ;;
 narrow) t narrow 300 -n 8 -m "not fuzz" -k "narrow or declines or bad_block or graph or fp8 or nan or strided or e4m3 or e5m2" \
         tests/test_triton_mla.py ;;
+kernels) timeout 200 python3 "$here/kernels.py" > "$out/kernels.txt" 2>&1; tail -8 "$out/kernels.txt" ;;
+tune-combine) timeout 300 python3 benchmarks/tune.py --sweeps combine_mla_rows,combine_mla_b1 --out "$out" > "$out/tune-combine.txt" 2>&1
+    tail -16 "$out/tune-combine.txt" ;;
+launch) t launch 300 -n 8 -m "not fuzz" tests/test_fast_launch.py tests/test_plan_cache.py tests/test_triton_merge.py ;;
 host) timeout 200 python3 "$here/host_probe.py" > "$out/host-probe.txt" 2>&1; head -48 "$out/host-probe.txt" ;;
 mla) t mla 500 -n 10 -m "not fuzz" tests/test_triton_mla.py tests/test_mla_module.py ;;
 fuzz-wide) t fuzz-wide 500 -n 12 -m fuzz -k kernel_fuzz tests/test_triton_mla.py ;;

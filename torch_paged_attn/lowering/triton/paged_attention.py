@@ -132,6 +132,13 @@ _MERGE_GROUP = 4
 _COMBINE_TILE = 512
 _COMBINE_MIN_DV_BLOCK = 32
 _COMBINE_FEW_LOAD_SPLITS = 16
+# Partials an iteration of whole-row programs that cover half the SMs but not all of them (MLA B1
+# x 32768 H128: 128 programs of one head over 66 splits; with 4 partials an iteration, 17
+# iterations, each a memory latency, took 8.3 us of the op's 41.1 in eager calls, torch.profiler,
+# H100, 2026-11-26, results/gpu-2026-11-26e/logs/kernels.txt). tune.py combine_mla_rows, graph
+# replays of the op, same day (logs/tune-combine.txt): 4 partials 42.39 us, 8 40.70, 16 40.39;
+# the combine 6.3 us at 16 (logs/kernels-2.txt). 238 registers at 16, no spills (sm_90 SASS).
+_COMBINE_ROW_LOAD_SPLITS = 16
 _COMBINE_MIN_PROGRAMS: int | None = None  # programs to cover; None: the SM count (tests set it)
 # Programmatic dependent launch of the combine kernel (compute capability >= 9, CUDA launches
 # on the cached path, ``_launch.without_pdl``): the split-KV attention kernel signals once its
@@ -677,9 +684,13 @@ def _combine_blocking(num_tokens: int, num_heads: int, dv_pad: int, num_splits: 
     block_h = max(1, min(next_power_of_2(num_heads), _COMBINE_TILE // dv_pad))
     dv_block = dv_pad
     want = _COMBINE_MIN_PROGRAMS if _COMBINE_MIN_PROGRAMS is not None else _num_sms(device)
-    if 2 * num_tokens * cdiv(num_heads, block_h) >= want:  # whole rows cover half the SMs: 4 floats a thread
+    rows = num_tokens * cdiv(num_heads, block_h)
+    if 2 * rows >= want:  # whole rows cover half the SMs: 4 floats a thread
         grid = (num_tokens, cdiv(num_heads, block_h), 1)
-        return grid, dict(BLOCK_H=block_h, DV_BLOCK=dv_block, LOAD_SPLITS=_MERGE_GROUP,
+        # fewer rows than SMs: each program's chain of loads is the time, so more of them in flight
+        load_splits = _MERGE_GROUP if rows >= want else min(_COMBINE_ROW_LOAD_SPLITS,
+                                                            cdiv(num_splits, _MERGE_GROUP) * _MERGE_GROUP)
+        return grid, dict(BLOCK_H=block_h, DV_BLOCK=dv_block, LOAD_SPLITS=load_splits,
                           num_warps=max(1, min(4, block_h * dv_block // 128)))
     while block_h > 1 and num_tokens * cdiv(num_heads, block_h) < want:
         block_h //= 2
