@@ -231,6 +231,16 @@ BAD = [
         lambda a: {"query": a["query"][0]},
         V, "query", "a 3-D tensor", "shape [4, 32]",
     ),
+    Bad(  # a 0-D query (no head size to take the default scale from, no token count for the key)
+        "query_rank0", PA, _paged,
+        lambda a: {"query": a["query"][0, 0, 0]},
+        V, "query", "a 3-D tensor", "shape []",
+    ),
+    Bad(
+        "out_query_rank0", PAO, _paged_out,
+        lambda a: {"query": a["query"][0, 0, 0]},
+        V, "query", "a 3-D tensor", "shape []",
+    ),
     Bad(
         "query_int64", PA, _paged,
         lambda a: {"query": a["query"].long()},
@@ -423,6 +433,11 @@ BAD = [
         "mla_width_72_for_64_plus_16", MLA, _mla,
         lambda a: {"kv_cache": torch.randn(6, BS, 72)},
         V, "kv_cache", "row width 80", "72",
+    ),
+    Bad(
+        "mla_q_latent_rank0", MLA, _mla,
+        lambda a: {"q_latent": a["q_latent"][0, 0, 0]},
+        V, "q_latent", "a 3-D tensor", "shape []",
     ),
     Bad(
         "mla_kv_cache_rank4", MLA, _mla,

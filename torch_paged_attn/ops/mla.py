@@ -173,7 +173,7 @@ def mla_decode(
     """
     eager = plain_eager(q_latent)
     if eager:  # a repeated call: straight to allocation and launch (see lowering.eager_planned)
-        key = ("mla_decode", q_latent.shape[0], scale, causal, scale.__class__, causal.__class__, kv_scale is None)
+        key = ("mla_decode", q_latent.shape[:1], scale, causal, scale.__class__, causal.__class__, kv_scale is None)
         checked = (q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc)
         if kv_scale is not None:
             checked += (kv_scale,)

@@ -314,7 +314,11 @@ _PAGED_OUT_TYPES = arg_types(
 
 
 def _default_scale(query: Tensor, scale: float | None) -> float:
-    return 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    """``scale``, or 1 / sqrt(head size) for None (1.0 for a 0-D query, which validation then
+    rejects with its own message)."""
+    if scale is not None:
+        return float(scale)
+    return 1.0 / math.sqrt(query.shape[-1]) if query.dim() else 1.0
 
 
 _ARGS_DOC = """
@@ -410,7 +414,7 @@ def paged_attention(
         # shared helper they cost 0.6-0.9 us more a call (null-launch host time, 2-core CPU,
         # 2026-11-24), on the path whose whole budget is 15 us.
         key = (
-            "paged_attention", query.shape[0], scale, causal, window_left, window_right, softcap,
+            "paged_attention", query.shape[:1], scale, causal, window_left, window_right, softcap,
             attention_chunk_size, max_query_len, return_lse, scale.__class__, causal.__class__,
             window_left.__class__, window_right.__class__, softcap.__class__, attention_chunk_size.__class__,
             max_query_len.__class__, return_lse.__class__,
@@ -503,7 +507,7 @@ def paged_attention_out(
     eager = plain_eager(query)
     if eager:  # a repeated call: straight to launch (see lowering.eager_planned)
         key = (
-            "paged_attention_out", query.shape[0], scale, causal, window_left, window_right, softcap,
+            "paged_attention_out", query.shape[:1], scale, causal, window_left, window_right, softcap,
             attention_chunk_size, max_query_len, scale.__class__, causal.__class__, window_left.__class__,
             window_right.__class__, softcap.__class__, attention_chunk_size.__class__, max_query_len.__class__,
             lse is None, alibi_slopes is None, sinks is None, k_scale is None, v_scale is None,
