@@ -1,7 +1,8 @@
 # GPU calls of 2026-11-26 (fifth session): the wide and fp8 Gluon MLA kernels' queries in one
 # allocation a chunk, the eager host path's pieces, the wide kernel's source-level profile.
 #   bash run.sh OUT PART...   PART: probe (probe.py: the tree's wide and fp8 MLA kernels against
-#       main e3e94b3's) | probe-mtp (probe_mtp.py, on commit 86e8123's tree) | narrow (the narrow and
+#       main e3e94b3's) | probe-mtp (probe_mtp.py, on commit 86e8123's tree) | probe-rows
+#       (probe_rows.py: mla_sm90_rows.py against the narrow kernel at 32 rows) | narrow (the narrow and
 #       fp8 kernels' tests) | host (host_probe.py) | kernels (kernels.py: each kernel's time in a
 #       call) | tune-combine (tune.py's combine sweeps of MLA B1 x 32768 H128) |
 #       launch (the cached launcher's, plan-cache and merge tests) | mla (the MLA test files) | fuzz-wide / fuzz-narrow (the
@@ -26,6 +27,7 @@ t() {  # t NAME SECONDS PYTEST-ARGS...: a pytest run, its log in $out, its summa
 for part in "$@"; do
 case "$part" in
 probe) timeout 300 python3 "$here/probe.py" > "$out/probe.txt" 2>&1; tail -18 "$out/probe.txt" ;;
+probe-rows) timeout 400 python3 "$here/probe_rows.py" > "$out/probe-rows.txt" 2>&1; tail -14 "$out/probe-rows.txt" ;;
 probe-mtp) timeout 300 python3 "$here/probe_mtp.py" > "$out/probe-mtp.txt" 2>&1; tail -14 "$out/probe-mtp.txt" ;;
 narrow) t narrow 300 -n 8 -m "not fuzz" -k "narrow or declines or bad_block or graph or fp8 or nan or strided or e4m3 or e5m2" \
         tests/test_triton_mla.py ;;
