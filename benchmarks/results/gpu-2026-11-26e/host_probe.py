@@ -37,6 +37,8 @@ def main():
         "null kernel, cached launch": null,
         "q.new_empty(1, 32, 128)": lambda: q.new_empty(1, Hq, D),
         "lse.new_empty(0)": lambda: lse0.new_empty(0),
+        "lse.new()": lambda: lse0.new(),
+        "torch.empty(0, device=)": lambda: torch.empty(0, device=device),
         "both allocations": lambda: (q.new_empty(1, Hq, D), lse0.new_empty(0)),
         "torch.empty_like(q)": lambda: torch.empty_like(q),
         "paged_attention_out": lambda: tpa.paged_attention_out(q, kc, vc, table, lens, qsl, out, lse, scale=scale,
