@@ -416,28 +416,33 @@ def check_combine_blockings(device: str, case: Case, monkeypatch, settings: list
 
 @interpreter_tier
 def test_combine_blockings_bitwise_interpreted(monkeypatch) -> None:
-    """The combine kernel at the blocking of large batches (4 partials an iteration), with one
-    head and whole rows a program (8 partials an iteration), and with one head and 32 latent columns a program (latent 48 padded to 64:
-    the second column block is half padding) loading 8 partials an iteration (one iteration) and
-    4 (two): the same bits. An fp8 cache (the combine applies its scale), 5, 2 and 1 splits, a
-    padding row."""
+    """The combine kernel at the blocking of large batches (4 partials an iteration), with whole
+    rows that cover half the programs asked for but not all (6 for 4 rows: 8 partials an
+    iteration, ``_COMBINE_ROW_LOAD_SPLITS`` clamped to the splits), with one head and whole rows a
+    program (8 partials an iteration), and with one head and 32 latent columns a program (latent
+    48 padded to 64: the second column block is half padding) loading 8 partials an iteration
+    (one iteration) and 4 (two): the same bits. An fp8 cache (the combine applies its scale), 5, 2
+    and 1 splits, a padding row."""
     case = Case((1, 1, 1), (300, 70, 1), num_heads=3, latent=48, split_tokens=64, cache_dtype=E4M3, pad_tokens=1)
-    launched = check_combine_blockings("cpu", case, monkeypatch, combine_settings(1, 9, 10**9, few_load_splits=4))
-    assert launched == [((4, 1, 1), 4, 64, 4, 2), ((4, 3, 1), 1, 64, 8, 2), ((4, 3, 2), 1, 32, 8, 1),
-                        ((4, 3, 2), 1, 32, 4, 1)]
+    launched = check_combine_blockings("cpu", case, monkeypatch, combine_settings(1, 6, 9, 10**9, few_load_splits=4))
+    assert launched == [((4, 1, 1), 4, 64, 4, 2), ((4, 1, 1), 4, 64, 8, 2), ((4, 3, 1), 1, 64, 8, 2),
+                        ((4, 3, 2), 1, 32, 8, 1), ((4, 3, 2), 1, 32, 4, 1)]
 
 
 @gpu_tier
 def test_combine_blockings_bitwise_b1_cuda(monkeypatch) -> None:
     """B1 x 32768 with DeepSeek's 128 heads (latent 512, the planner's own splits, as the
-    benchmark's B1_ctx32768_H128): the combine blocking of large batches (one head a program,
-    what the device's own plan is: 128 programs cover half of 132 SMs) and a finer one (at
-    least 264 programs: half rows) give the same bits and match the truth; bf16 and fp8 caches."""
+    benchmark's B1_ctx32768_H128): the combine blocking of large batches (one head a program, 4
+    partials an iteration), the device's own plan (one head a program too: 128 programs cover
+    half of 132 SMs; 16 partials an iteration where they do not cover them all) and a finer one
+    (at least 264 programs: half rows) give the same bits and match the truth; bf16 and fp8
+    caches."""
     for cache_dtype in (None, E4M3):
         case = replace(_BASE, q_lens=(1,), kv_lens=(32768,), num_heads=128, block_size=64, cache_dtype=cache_dtype)
-        launched = check_combine_blockings("cuda", case, monkeypatch, combine_settings(1, 264))
-        (grid, *_), (fine_grid, *_, load_splits, _) = launched
-        assert grid == (1, 128, 1)
+        launched = check_combine_blockings("cuda", case, monkeypatch, combine_settings(1, None, 264))
+        (grid, _, _, rows_load, _), (own_grid, _, _, own_load, _), (fine_grid, *_, load_splits, _) = launched
+        assert grid == own_grid == (1, 128, 1) and rows_load == 4
+        assert own_load == (tpa._COMBINE_ROW_LOAD_SPLITS if tpa._num_sms(torch.device("cuda")) > 128 else 4)
         assert fine_grid[0] * fine_grid[1] * fine_grid[2] >= 264
         assert load_splits == tpa._COMBINE_FEW_LOAD_SPLITS
 
