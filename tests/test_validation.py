@@ -270,6 +270,15 @@ BAD = [
         },
         V, "query head_size", "a multiple of 8", "36",
     ),
+    Bad(  # head size 0 and the default scale: the validation error, not a division by zero
+        "head_size_0", PA, _paged,
+        lambda a: {
+            "query": torch.randn(T, HQ, 0),
+            "key_cache": torch.randn(6, BS, HKV, 0),
+            "value_cache": torch.randn(6, BS, HKV, 0),
+        },
+        V, "query head_size", "a multiple of 8", "0",
+    ),
     Bad(
         "block_size_12", PA, _paged,
         lambda a: {"key_cache": torch.randn(6, 12, HKV, D), "value_cache": torch.randn(6, 12, HKV, D)},
@@ -397,6 +406,16 @@ BAD = [
     ),
     Bad("causal_str", PA, _paged, lambda a: {"causal": "yes"}, TE, "causal", "a bool", "str"),
     # -- paged_attention_out --
+    Bad(
+        "out_head_size_0", PAO, _paged_out,
+        lambda a: {
+            "query": torch.randn(T, HQ, 0),
+            "key_cache": torch.randn(6, BS, HKV, 0),
+            "value_cache": torch.randn(6, BS, HKV, 0),
+            "out": _poison((T, HQ, 0)),
+        },
+        V, "query head_size", "a multiple of 8", "0",
+    ),
     Bad(
         "out_head_size_16", PAO, _paged_out,
         lambda a: {"out": _poison((T, HQ, 16))},

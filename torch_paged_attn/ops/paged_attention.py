@@ -314,11 +314,11 @@ _PAGED_OUT_TYPES = arg_types(
 
 
 def _default_scale(query: Tensor, scale: float | None) -> float:
-    """``scale``, or 1 / sqrt(head size) for None (1.0 for a 0-D query, which validation then
-    rejects with its own message)."""
+    """``scale``, or 1 / sqrt(head size) for None (1.0 for a 0-D query or head size 0, which
+    validation then rejects with its own message)."""
     if scale is not None:
         return float(scale)
-    return 1.0 / math.sqrt(query.shape[-1]) if query.dim() else 1.0
+    return 1.0 / math.sqrt(query.shape[-1]) if query.dim() and query.shape[-1] else 1.0
 
 
 _ARGS_DOC = """
