@@ -49,8 +49,9 @@ a 64-column chunk (``_rings9``): in one buffer, Triton's barrier analysis put a 
 between the chunks' stores, and the prologue issued its query loads eight, then four at a time
 with barriers between (sm_90 SASS); now all 16 of a warpgroup's loads, then its stores, then one
 barrier. H100, graph replays, against the kernel before it (results/gpu-2026-11-26e/logs/probe.txt):
-B1 x 32768 H128 43.0-43.4 -> 41.7 us (each split program covers four tiles, so its prologue
-weighs), B64 x 4096 H128 152.7-153.5 -> 152.0 (a second round 159.2: the spread of that run).
+B1 x 32768 H128 43.0-43.4 -> 41.7 us (each split program covers eight tiles, four pairs, so its
+prologue weighs), B64 x 4096 H128 152.7-153.5 -> 152.0 (a second round 159.2: the spread of that
+run).
 
 Split-KV (``launch`` with 4-D ``out``): program (token, head group, split) covers keys
 ``[split * split_tokens, +split_tokens)`` (a multiple of the tile; ``mla`` plans multiples of a

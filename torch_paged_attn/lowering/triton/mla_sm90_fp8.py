@@ -34,7 +34,7 @@ warpgroup's chain, whose steps wait on each other.
 What did shorten it: barriers Triton's barrier analysis had put in, which tells shared memory
 apart by allocation only (sm_90 SASS). Into one fp16 buffer, each of a tile's eight converted
 chunks waited at a barrier of the warpgroup for the chunk before it; with one allocation a chunk
-(``mla_sm90_narrow._rings8`` / ``_rings9``, the stages likewise) none does. The row sums are kept
+(``mla_sm90._rings8`` / ``_rings9``, the stages likewise) none does. The row sums are kept
 per key slot and reduced across the warps once, after the loop (one reduction and its barriers a
 tile less). And the query scale (``_query_unit``) is one reduction instead of one per chunk: the
 nine per-chunk reductions, each two barriers, made the prologue's nine query loads wait for each
@@ -48,7 +48,8 @@ warpgroup ``w``'s tiles, refilled by the producer as soon as its tile is convert
 latent tiles of 64 x 512 (128 KiB; one allocation a chunk), Q in fp16 (18 KiB; one allocation a
 chunk too, so that the left warpgroup's nine query stores follow nine loads in flight with one
 barrier, where one buffer made it load, store and wait nine times: fp8 B128 x 4096 H16 118.3 ->
-116.0 us, B32 x 8192 66.7 -> 65.8, H100 graph replays, results/gpu-2026-11-26e/logs/probe.txt),
+116.0-116.1 us, B32 x 8192 66.7-66.8 -> 65.8-65.9, H100 graph replays, two rounds,
+results/gpu-2026-11-26e/logs/probe.txt),
 two P tiles (4 KiB): 222 KiB of the 227. Measured and not kept: this schedule for 32 rows over a
 bf16 cache (each warpgroup a whole tile at N = 32, the stage its operand, no conversion), 125.9
 us on 2 tokens B64 x 4096 H16 against the narrow kernel's 119.0 (commit 86e8123,

@@ -44,10 +44,10 @@ covers keys ``[split * split_tokens, + split_tokens)`` and writes its normalised
 and log2 LSE (0 and -inf for no keys) for ``mla``'s combine kernel.
 
 Buffers: each 64-column chunk of the stages, of the fp16 operand tile and of Q is its own
-allocation (``_rings9``). Triton's barrier analysis tells shared memory apart by allocation only:
-into one buffer each chunk's store waited at a barrier for the chunk before it, which in the
-prologue made each of the nine query chunks' global loads wait for the previous chunk's store
-(sm_90 SASS: load, store, barrier, nine times; now nine loads in flight at once).
+allocation (``mla_sm90._rings9``). Triton's barrier analysis tells shared memory apart by
+allocation only: into one buffer each chunk's store waited at a barrier for the chunk before it,
+which in the prologue made each of the nine query chunks' global loads wait for the previous
+chunk's store (sm_90 SASS: load, store, barrier, nine times; now nine loads in flight at once).
 
 H100, 2026-11-26 (benchmarks/RESULTS.md, "fourth run"), CUDA-graph replays: B128 x 4096 H16 207.4
 us (97.8 % of copy; FlashInfer 209.2, the Triton kernel 220.2), B32 x 8192 H16 110.9 (FlashInfer
@@ -64,9 +64,9 @@ R]`` (any ``_sm90.row_layout`` view); partials ``[T, S, H, L]`` and ``[T, S, H]`
 memory: ``2 x 64 x (L + R) x 2`` (stages) + ``ROWS x (L + R) x 2`` (Q) + ``64 x ROWS x 2`` (P)
 bytes: 164 KiB at 576 columns and 16 rows, one program an SM; fp8: ``STAGES x 64 x (L + R)`` + the
 fp16 tile ``64 x (L + R) x 2`` + Q + P (220 KiB at 32 rows, three stages); below latent 512 each
-unused chunk buffer is a 1 KiB stand-in (``_ring``). Bytes moved: ``sum_b kv_b * (L + R) * cache_bytes`` (each
-program reads its keys once) + ``T * H * (2L + R) * q_bytes`` (+ the partials, written and read
-once).
+unused chunk buffer is a 1 KiB stand-in (``mla_sm90._ring``). Bytes moved: ``sum_b kv_b * (L +
+R) * cache_bytes`` (each program reads its keys once) + ``T * H * (2L + R) * q_bytes`` (+ the
+partials, written and read once).
 """
 
 from __future__ import annotations

@@ -133,7 +133,7 @@ _COMBINE_TILE = 512
 _COMBINE_MIN_DV_BLOCK = 32
 _COMBINE_FEW_LOAD_SPLITS = 16
 # Partials an iteration of whole-row programs that cover half the SMs but not all of them (MLA B1
-# x 32768 H128: 128 programs of one head over 66 splits; with 4 partials an iteration, 17
+# x 32768 H128: 128 programs of one head over 64 splits; with 4 partials an iteration, 16
 # iterations, each a memory latency, took 8.3 us of the op's 41.1 in eager calls, torch.profiler,
 # H100, 2026-11-26, results/gpu-2026-11-26e/logs/kernels.txt). tune.py combine_mla_rows, graph
 # replays of the op, same day (logs/tune-combine.txt): 4 partials 42.39 us, 8 40.70, 16 40.39;
