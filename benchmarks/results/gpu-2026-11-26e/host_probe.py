@@ -1,7 +1,9 @@
 """Where the host time of an eager ``paged_attention`` call goes on a GPU host: the pieces of
 its repeated-call path timed alone, the way ``benchmarks/overhead.py`` times whole calls ("host":
 perf_counter over 100 calls issued behind a sleep kernel, nothing waiting on the device; "events":
-CUDA events around 1000 back-to-back calls), then cProfile of 3000 calls.
+CUDA events around 1000 back-to-back calls), then cProfile of 3000 calls. logs/host-probe.txt and
+host-probe-2.txt come from the probe before its ``lse.new()`` and ``torch.empty(0, device=)``
+pieces (logs/host-probe-3.txt has them).
 
     python3 host_probe.py
 """

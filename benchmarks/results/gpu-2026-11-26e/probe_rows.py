@@ -3,7 +3,7 @@
 producer warp) launched in its place. CUDA-graph replays (p50 us), one process, each output
 checked against a float32 gather-einsum first.
 
-    python3 probe_rows.py        # PROBE_ROUNDS=2
+    python3 probe_rows.py        # PROBE_ROUNDS=2, PROBE_REGS=224 (each consumer partition's registers)
 """
 import importlib.util
 import os

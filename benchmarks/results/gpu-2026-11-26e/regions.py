@@ -1,5 +1,6 @@
 """Stall samples of one kernel's SASS by instruction and by region, from
-``ncu -i REPORT --page source --csv --print-source sass`` (source.sh): python3 regions.py CSV [TOP]
+``ncu -i REPORT --page source --csv --print-source sass`` (run.sh, part source-SHAPE): python3 regions.py
+CSV [TOP]
 
 Prints the total, then each region (the instructions after one barrier-like instruction up to and
 including the next: BAR, SYNCS wait/arrive, WARPGROUP.DEPBAR, USETMAXREG) with at least 0.4 % of

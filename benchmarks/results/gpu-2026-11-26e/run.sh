@@ -15,6 +15,10 @@
 #       flashinfer-bundle.sh carried over several calls (each under the 64 MiB a call may carry),
 #       FA4's install.sh run, the FlashInfer wheels unzipped to /tmp/site,
 #       PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD
+# In logs/, a part run again has its log renamed: probe-2.txt, kernels-2.txt (after the combine
+# change), host-probe-2.txt / -3.txt, pytest-mla-final.log (the final tree); the narrow part's log is
+# pytest-narrow-paired.log (commit 86e8123's tree). b8-flash-rerun.txt is no part (its header has the
+# command).
 out=${1:?out dir}; shift
 mkdir -p "$out"
 here=$(dirname "$0")
