@@ -47,8 +47,8 @@ compiler forms the wgmma descriptors where they are used instead of hoisting 30 
 loop and spilling them (393 spill instructions otherwise). Q lives in one shared-memory allocation
 a 64-column chunk (``_rings9``): in one buffer, Triton's barrier analysis put a warpgroup barrier
 between the chunks' stores, and the prologue issued its query loads eight, then four at a time
-with barriers between (sm_90 SASS); now all 16 of a warpgroup's loads, then its stores, then one
-barrier. H100, graph replays, against the kernel before it (results/gpu-2026-11-26e/logs/probe.txt):
+with barriers between (sm_90 SASS); now all of a warpgroup's query loads (16 a thread in the right
+one, which stores four chunks; 20 in the left, five), then its stores, then one barrier. H100, graph replays, against the kernel before it (results/gpu-2026-11-26e/logs/probe.txt):
 B1 x 32768 H128 43.0-43.4 -> 41.7 us (each split program covers eight tiles, four pairs, so its
 prologue weighs), B64 x 4096 H128 152.7-153.5 -> 152.0 (a second round 159.2: the spread of that
 run).
