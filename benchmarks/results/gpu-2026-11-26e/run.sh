@@ -4,7 +4,8 @@
 #       main e3e94b3's) | probe-mtp (probe_mtp.py, on commit 86e8123's tree) | probe-rows
 #       (probe_rows.py: mla_sm90_rows.py against the narrow kernel at 32 rows) | narrow (the narrow and
 #       fp8 kernels' tests) | host (host_probe.py) | kernels (kernels.py: each kernel's time in a
-#       call) | tune-combine (tune.py's combine sweeps of MLA B1 x 32768 H128) |
+#       call) | tune-combine (tune.py's combine sweeps of MLA B1 x 32768 H128) | tune-decode
+#       (tune.py's attn_mha and attn_b64 sweeps) |
 #       launch (the cached launcher's, plan-cache and merge tests) | mla (the MLA test files) | fuzz-wide / fuzz-narrow (the
 #       Gluon MLA fuzzes: the wide kernel's; the narrow kernel's on bf16 and fp8 caches) | fuzz-attn (the attention fuzz) | attn (attention, launcher,
 #       compile, plan-cache and merge tests) | memcheck (the fp8 cases, NaN scales and bad block
@@ -36,6 +37,8 @@ probe-mtp) timeout 300 python3 "$here/probe_mtp.py" > "$out/probe-mtp.txt" 2>&1;
 narrow) t narrow 300 -n 8 -m "not fuzz" -k "narrow or declines or bad_block or graph or fp8 or nan or strided or e4m3 or e5m2" \
         tests/test_triton_mla.py ;;
 kernels) timeout 200 python3 "$here/kernels.py" > "$out/kernels.txt" 2>&1; tail -8 "$out/kernels.txt" ;;
+tune-decode) timeout 560 python3 benchmarks/tune.py --sweeps attn_mha,attn_b64 --out "$out" > "$out/tune-decode.txt" 2>&1
+    tail -16 "$out/tune-decode.txt" ;;
 tune-combine) timeout 300 python3 benchmarks/tune.py --sweeps combine_mla_rows,combine_mla_b1 --out "$out" > "$out/tune-combine.txt" 2>&1
     tail -16 "$out/tune-combine.txt" ;;
 launch) t launch 300 -n 8 -m "not fuzz" tests/test_fast_launch.py tests/test_plan_cache.py tests/test_triton_merge.py ;;
