@@ -1,4 +1,5 @@
-"""(Main e3e94b3's mla_sm90_fp8.py, a probe baseline: its _rings imports moved with the tree.)
+"""(Main e3e94b3's mla_sm90_fp8.py, a probe baseline: its _rings imports moved with the tree, and its
+query unit taken through _query_chunks, the same nine loads, since _query_unit takes the chunks.)
 
 MLA decode on Hopper (sm_90) in Gluon over an fp8 cache, for programs of at most 16 query rows
 (query tokens x heads: 16-head models): two consumer warpgroups on alternate 64-key tiles and a
@@ -84,7 +85,7 @@ try:  # Gluon ships with Triton >= 3.5
     from ._sm90 import thread_barrier
     from .mla_sm90 import _finite, _rings8, _rings9, _signal_dependents
     from .mla_sm90_narrow import (
-        _convert, _empty_state, _issue, _program, _query_unit, _softmax_scaled, _values, _write,
+        _convert, _empty_state, _issue, _program, _query_chunks, _query_unit, _softmax_scaled, _values, _write,
     )
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gluon = None
@@ -144,7 +145,8 @@ if gluon is not None:
         qk_scale = scale * _LOG2E * kv_scale
         q_unit = 1.0
         if q_latent_ptr.dtype.element_ty == gl.bfloat16:
-            q_unit = _query_unit(q_latent_ptr, q_rope_ptr, ql_rows, qr_rows, offs_c, ok_io, CHUNKS)
+            q_unit = _query_unit(_query_chunks(q_latent_ptr, q_rope_ptr, ql_rows, qr_rows, offs_c, ok_io, CHUNKS),
+                                 CHUNKS)
             qk_scale = qk_scale * q_unit
         if wg == 0:
             for c in gl.static_range(CHUNKS):

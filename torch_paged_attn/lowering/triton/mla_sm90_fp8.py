@@ -49,8 +49,9 @@ latent tiles of 64 x 512 (128 KiB; one allocation a chunk), Q in fp16 (18 KiB; o
 chunk too, so that the left warpgroup's nine query stores follow nine loads in flight with one
 barrier, where one buffer made it load, store and wait nine times: fp8 B128 x 4096 H16 118.3 ->
 116.0-116.1 us, B32 x 8192 66.7-66.8 -> 65.8-65.9, H100 graph replays, two rounds,
-results/gpu-2026-11-26e/logs/probe.txt),
-two P tiles (4 KiB): 222 KiB of the 227. Measured and not kept: this schedule for 32 rows over a
+results/gpu-2026-11-26e/logs/probe.txt; the left warpgroup now loads the queries once for both
+their unit and their stores and hands the unit to the right one: 115.8-115.9 and 65.4-65.7,
+logs/probe-3.txt), two P tiles (4 KiB): 222 KiB of the 227. Measured and not kept: this schedule for 32 rows over a
 bf16 cache (each warpgroup a whole tile at N = 32, the stage its operand, no conversion), 125.9
 us on 2 tokens B64 x 4096 H16 against the narrow kernel's 119.0 (commit 86e8123,
 results/gpu-2026-11-26e/logs/probe-mtp.txt).
@@ -89,7 +90,7 @@ try:  # Gluon ships with Triton >= 3.5
     from ._sm90 import thread_barrier
     from .mla_sm90 import _finite, _rings8, _rings9, _signal_dependents
     from .mla_sm90_narrow import (
-        _convert, _empty_state, _issue, _program, _query_unit, _softmax_scaled, _values, _write,
+        _convert, _empty_state, _issue, _program, _query_chunks, _query_unit, _softmax_scaled, _values, _write,
     )
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gluon = None
@@ -136,32 +137,37 @@ if gluon is not None:
         which merges both and writes the output."""
         CHUNKS: gl.constexpr = LATENT // 64 + 1
         VCH: gl.constexpr = LATENT // 64
-        # -- Q [16, L + R] as fp16 (scaled into its range): the left warpgroup stores it --
-        io_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-        r_io = gl.arange(0, _ROWS, layout=gl.SliceLayout(1, io_layout))
-        t_io = r_io // HEADS
-        ok_io = gl.expand_dims((t_io < BLOCK_Q) & (q_block_start + t_io < q_len), 1)
-        tok_io = (q_start + q_block_start + t_io).to(gl.int64)
-        ql_rows = gl.expand_dims(tok_io * stride_ql_tok + (r_io % HEADS) * stride_ql_head, 1)
-        qr_rows = gl.expand_dims(tok_io * stride_qr_tok + (r_io % HEADS) * stride_qr_head, 1)
-        offs_c = gl.expand_dims(gl.arange(0, 64, layout=gl.SliceLayout(0, io_layout)), 0)
+        # -- Q [16, L + R] as fp16 (scaled into its range): the left warpgroup loads it once, takes
+        # its unit, stores it and hands the unit to the right one through ml_smem[0] (each row's
+        # slot holds it; the right one's state goes there only after its key loop) --
         kv_scale = gl.load(kv_scale_ptr)
         qk_scale = scale * _LOG2E * kv_scale
-        q_unit = 1.0
-        if q_latent_ptr.dtype.element_ty == gl.bfloat16:
-            q_unit = _query_unit(q_latent_ptr, q_rope_ptr, ql_rows, qr_rows, offs_c, ok_io, CHUNKS)
-            qk_scale = qk_scale * q_unit
+        BF16: gl.constexpr = q_latent_ptr.dtype.element_ty == gl.bfloat16
         if wg == 0:
+            io_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+            r_io = gl.arange(0, _ROWS, layout=gl.SliceLayout(1, io_layout))
+            t_io = r_io // HEADS
+            ok_io = gl.expand_dims((t_io < BLOCK_Q) & (q_block_start + t_io < q_len), 1)
+            tok_io = (q_start + q_block_start + t_io).to(gl.int64)
+            ql_rows = gl.expand_dims(tok_io * stride_ql_tok + (r_io % HEADS) * stride_ql_head, 1)
+            qr_rows = gl.expand_dims(tok_io * stride_qr_tok + (r_io % HEADS) * stride_qr_head, 1)
+            offs_c = gl.expand_dims(gl.arange(0, 64, layout=gl.SliceLayout(0, io_layout)), 0)
+            chunks = _query_chunks(q_latent_ptr, q_rope_ptr, ql_rows, qr_rows, offs_c, ok_io, CHUNKS)
+            q_unit = 1.0
+            if BF16:
+                q_unit = _query_unit(chunks, CHUNKS)
+                ml_smem.index(0).store(gl.full([_ROWS], q_unit, gl.float32, _COL))
             for c in gl.static_range(CHUNKS):
-                if c < CHUNKS - 1:
-                    q = gl.load(q_latent_ptr + ql_rows + offs_c + c * 64, mask=ok_io, other=0.0)
-                else:
-                    q = gl.load(q_rope_ptr + qr_rows + offs_c, mask=ok_io, other=0.0)
-                qs[c].index(0).store((q.to(gl.float32) / q_unit).to(gl.float16))
+                qs[c].index(0).store((chunks[c].to(gl.float32) / q_unit).to(gl.float16))
             fence_async_shared()
             thread_barrier()
             mbarrier.arrive(q_bar.index(0))
         mbarrier.wait(q_bar.index(0), 0)
+        if BF16:
+            if wg == 0:
+                qk_scale = qk_scale * q_unit
+            else:
+                qk_scale = qk_scale * gl.max(ml_smem.index(0).load(_COL), 0)
 
         r_c = gl.arange(0, _ROWS, layout=_COL)
         t_c = r_c // HEADS

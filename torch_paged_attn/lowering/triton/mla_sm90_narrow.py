@@ -206,17 +206,25 @@ if gluon is not None:
                 buf.store(gl.where(rows < tail, v, gl.zeros_like(v)))
 
     @gluon.jit
-    def _query_unit(q_latent_ptr, q_rope_ptr, ql_rows, qr_rows, offs_c, ok_io, CHUNKS: gl.constexpr):
-        """The power of two ``2^e`` that brings the program's largest query element into [2^14,
-        2^15) (``paged_attention._fp16_exponent``; 1 for 0): bf16 queries over ``2^e`` are fp16,
-        the type fp8 converts to in one instruction, exact above fp16's normal floor (2^-28 of the
-        largest, far below bf16's 2^-8 precision)."""
+    def _query_chunks(q_latent_ptr, q_rope_ptr, ql_rows, qr_rows, offs_c, ok_io, CHUNKS: gl.constexpr):
+        """The program's queries as ``CHUNKS`` [rows, 64] tiles in registers (the latent chunks,
+        then the rope), all loads issued before any is used."""
+        chunks = ()
+        for c in gl.static_range(CHUNKS - 1):
+            chunks = chunks + (gl.load(q_latent_ptr + ql_rows + offs_c + c * 64, mask=ok_io, other=0.0), )
+        return chunks + (gl.load(q_rope_ptr + qr_rows + offs_c, mask=ok_io, other=0.0), )
+
+    @gluon.jit
+    def _query_unit(chunks, CHUNKS: gl.constexpr):
+        """The power of two ``2^e`` that brings the largest element of the query ``chunks``
+        (``_query_chunks``) into [2^14, 2^15) (``paged_attention._fp16_exponent``; 1 for 0): bf16
+        queries over ``2^e`` are fp16, the type fp8 converts to in one instruction, exact above
+        fp16's normal floor (2^-28 of the largest, far below bf16's 2^-8 precision)."""
         # element-wise over the chunks, then one reduction (one per chunk put two barriers of the
         # warpgroup in each of nine steps of the prologue: sm_90 SASS)
-        amax = gl.abs(gl.load(q_rope_ptr + qr_rows + offs_c, mask=ok_io, other=0.0).to(gl.float32))
-        for c in gl.static_range(CHUNKS - 1):
-            q = gl.load(q_latent_ptr + ql_rows + offs_c + c * 64, mask=ok_io, other=0.0)
-            amax = gl.maximum(amax, gl.abs(q.to(gl.float32)))
+        amax = gl.abs(chunks[0].to(gl.float32))
+        for c in gl.static_range(1, CHUNKS):
+            amax = gl.maximum(amax, gl.abs(chunks[c].to(gl.float32)))
         amax = gl.max(gl.max(amax, 1), 0)
         e = gl.where(amax > 0, gl.floor(gl.log2(amax)) - 14.0, 0.0)
         return gl.exp2(gl.minimum(gl.maximum(e, -100.0), 100.0))
@@ -426,18 +434,16 @@ if gluon is not None:
         qr_rows = gl.expand_dims(tok_io * stride_qr_tok + (r_io % HEADS) * stride_qr_head, 1)
         offs_c = gl.expand_dims(gl.arange(0, 64, layout=gl.SliceLayout(0, io_layout)), 0)
         qk_scale = scale * _LOG2E
+        chunks = _query_chunks(q_latent_ptr, q_rope_ptr, ql_rows, qr_rows, offs_c, ok_io, CHUNKS)
         if IS_FP8:
             kv_scale = gl.load(kv_scale_ptr)
             qk_scale = qk_scale * kv_scale
             q_unit = 1.0
             if q_latent_ptr.dtype.element_ty == gl.bfloat16:
-                q_unit = _query_unit(q_latent_ptr, q_rope_ptr, ql_rows, qr_rows, offs_c, ok_io, CHUNKS)
+                q_unit = _query_unit(chunks, CHUNKS)
                 qk_scale = qk_scale * q_unit
         for c in gl.static_range(CHUNKS):
-            if c < CHUNKS - 1:
-                q = gl.load(q_latent_ptr + ql_rows + offs_c + c * 64, mask=ok_io, other=0.0)
-            else:
-                q = gl.load(q_rope_ptr + qr_rows + offs_c, mask=ok_io, other=0.0)
+            q = chunks[c]
             if IS_FP8:
                 q = (q.to(gl.float32) / q_unit).to(dtype)
             qs[c].index(0).store(q)
