@@ -144,15 +144,8 @@ if gluon is not None:
         qk_scale = scale * _LOG2E * kv_scale
         BF16: gl.constexpr = q_latent_ptr.dtype.element_ty == gl.bfloat16
         if wg == 0:
-            io_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-            r_io = gl.arange(0, _ROWS, layout=gl.SliceLayout(1, io_layout))
-            t_io = r_io // HEADS
-            ok_io = gl.expand_dims((t_io < BLOCK_Q) & (q_block_start + t_io < q_len), 1)
-            tok_io = (q_start + q_block_start + t_io).to(gl.int64)
-            ql_rows = gl.expand_dims(tok_io * stride_ql_tok + (r_io % HEADS) * stride_ql_head, 1)
-            qr_rows = gl.expand_dims(tok_io * stride_qr_tok + (r_io % HEADS) * stride_qr_head, 1)
-            offs_c = gl.expand_dims(gl.arange(0, 64, layout=gl.SliceLayout(0, io_layout)), 0)
-            chunks = _query_chunks(q_latent_ptr, q_rope_ptr, ql_rows, qr_rows, offs_c, ok_io, CHUNKS)
+            chunks = _query_chunks(q_latent_ptr, q_rope_ptr, q_start, q_block_start, q_len, stride_ql_tok,
+                                   stride_ql_head, stride_qr_tok, stride_qr_head, HEADS, BLOCK_Q, _ROWS, CHUNKS, 4)
             q_unit = 1.0
             if BF16:
                 q_unit = _query_unit(chunks, CHUNKS)

@@ -206,9 +206,20 @@ if gluon is not None:
                 buf.store(gl.where(rows < tail, v, gl.zeros_like(v)))
 
     @gluon.jit
-    def _query_chunks(q_latent_ptr, q_rope_ptr, ql_rows, qr_rows, offs_c, ok_io, CHUNKS: gl.constexpr):
-        """The program's queries as ``CHUNKS`` [rows, 64] tiles in registers (the latent chunks,
-        then the rope), all loads issued before any is used."""
+    def _query_chunks(q_latent_ptr, q_rope_ptr, q_start, q_block_start, q_len, stride_ql_tok, stride_ql_head,
+                      stride_qr_tok, stride_qr_head, HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, ROWS: gl.constexpr,
+                      CHUNKS: gl.constexpr, WARPS: gl.constexpr):
+        """The program's queries as ``CHUNKS`` [ROWS, 64] tiles in registers (the latent chunks,
+        then the rope), all loads issued before any is used, by ``WARPS`` warps: row r is token r //
+        HEADS of the program's block, head r % HEADS; rows past the block or the sequence read 0."""
+        io_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [WARPS, 1], [1, 0])
+        r_io = gl.arange(0, ROWS, layout=gl.SliceLayout(1, io_layout))
+        t_io = r_io // HEADS
+        ok_io = gl.expand_dims((t_io < BLOCK_Q) & (q_block_start + t_io < q_len), 1)
+        tok_io = (q_start + q_block_start + t_io).to(gl.int64)
+        ql_rows = gl.expand_dims(tok_io * stride_ql_tok + (r_io % HEADS) * stride_ql_head, 1)
+        qr_rows = gl.expand_dims(tok_io * stride_qr_tok + (r_io % HEADS) * stride_qr_head, 1)
+        offs_c = gl.expand_dims(gl.arange(0, 64, layout=gl.SliceLayout(0, io_layout)), 0)
         chunks = ()
         for c in gl.static_range(CHUNKS - 1):
             chunks = chunks + (gl.load(q_latent_ptr + ql_rows + offs_c + c * 64, mask=ok_io, other=0.0), )
@@ -425,16 +436,9 @@ if gluon is not None:
                        num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
 
         # -- Q [ROWS, L + R] into shared memory: row r is token r // HEADS, head r % HEADS --
-        io_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [WARPS, 1], [1, 0])
-        r_io = gl.arange(0, ROWS, layout=gl.SliceLayout(1, io_layout))
-        t_io = r_io // HEADS
-        ok_io = gl.expand_dims((t_io < BLOCK_Q) & (q_block_start + t_io < q_len), 1)
-        tok_io = (q_start + q_block_start + t_io).to(gl.int64)
-        ql_rows = gl.expand_dims(tok_io * stride_ql_tok + (r_io % HEADS) * stride_ql_head, 1)
-        qr_rows = gl.expand_dims(tok_io * stride_qr_tok + (r_io % HEADS) * stride_qr_head, 1)
-        offs_c = gl.expand_dims(gl.arange(0, 64, layout=gl.SliceLayout(0, io_layout)), 0)
         qk_scale = scale * _LOG2E
-        chunks = _query_chunks(q_latent_ptr, q_rope_ptr, ql_rows, qr_rows, offs_c, ok_io, CHUNKS)
+        chunks = _query_chunks(q_latent_ptr, q_rope_ptr, q_start, q_block_start, q_len, stride_ql_tok, stride_ql_head,
+                               stride_qr_tok, stride_qr_head, HEADS, BLOCK_Q, ROWS, CHUNKS, WARPS)
         if IS_FP8:
             kv_scale = gl.load(kv_scale_ptr)
             qk_scale = qk_scale * kv_scale
