@@ -829,9 +829,11 @@ def test_gluon_mla_narrow_planning(monkeypatch) -> None:
     """Which calls the narrow kernel is planned for, with how many query tokens a program and how
     they split (no launch; any machine): 16 heads x 128 sequences unsplit (128 programs on 132
     SMs), 32 x 8192 keys split 4 ways at multiples of its 64-key tile, 2 speculative tokens a
-    program (32 rows; from the hint or the mean), 8 heads x 4 tokens, 12 heads padded to 16 rows
-    (2 tokens), and the Triton kernel for 48 heads, 16 heads with the narrow kernel off, and
-    batch-invariant mode."""
+    program (32 rows; from the hint or the mean) where they fill the SMs with few splits, 16
+    rows a program (mla._narrow_query_block) where 32 would split at least 8 ways and at most 3
+    programs then read a page (one token a program at 16 heads, 2 at 8 heads, 12 heads padded to
+    16 rows; 4 tokens at 16 heads stay 2 a program), and on fp8 caches always; the Triton kernel
+    for 48 heads, 16 heads with the narrow kernel off, and batch-invariant mode."""
     from torch_paged_attn.lowering.triton import mla_sm90, mla_sm90_narrow
 
     plans = []
@@ -842,10 +844,10 @@ def test_gluon_mla_narrow_planning(monkeypatch) -> None:
     monkeypatch.setattr(mla_sm90, "prepare", lambda **k: plans.append(k) or "gluon")
     monkeypatch.setattr(tpa, "_num_sms", lambda device: 132)
 
-    def plan(seqs: int, per_seq: int, heads: int, keys: int, **options):
+    def plan(seqs: int, per_seq: int, heads: int, keys: int, cache_dtype=BF16, **options):
         tokens = seqs * per_seq
         ql, qr = torch.empty(tokens, heads, 512, dtype=BF16), torch.empty(tokens, heads, 64, dtype=BF16)
-        cache = torch.empty(4, 64, 576, dtype=BF16)
+        cache = torch.empty(4, 64, 576, dtype=cache_dtype)
         table = torch.zeros(seqs, -(-keys // 64), dtype=torch.int32)
         lens = torch.full((seqs,), keys, dtype=torch.int32)
         qsl = torch.arange(0, tokens + 1, per_seq, dtype=torch.int32)
@@ -861,10 +863,23 @@ def test_gluon_mla_narrow_planning(monkeypatch) -> None:
     for options in ({}, {"max_query_len": 2}):
         p = plan(64, 2, 16, 4096, **options)
         assert p["block_q"] == 2 and p["split_tokens"] == 2048, options
-    assert plan(8, 4, 8, 4096)["block_q"] == 4
-    assert plan(8, 4, 16, 4096)["block_q"] == 2
-    assert plan(8, 2, 12, 4096)["block_q"] == 2
+    # 32 rows would split 8 ways (16 programs) or more: 16 rows
+    assert plan(16, 2, 16, 4096)["block_q"] == 1
+    assert plan(1, 2, 16, 32768)["block_q"] == 1
+    assert plan(8, 3, 16, 4096)["block_q"] == 1  # 3 programs a sequence
+    assert plan(8, 4, 8, 4096)["block_q"] == 2  # 2 tokens x 8 heads, 2 programs a sequence
+    assert plan(8, 2, 12, 4096)["block_q"] == 1
+    assert plan(8, 4, 16, 4096)["block_q"] == 2  # one a token would be 4 programs a sequence
+    assert plan(24, 2, 16, 4096)["block_q"] == 2  # 5 splits
+    assert plan(16, 2, 16, 4096, split_tokens=4096)["block_q"] == 1  # the rule is the default plan's
     assert plan(8, 2, 32, 4096)["block_q"] == 1
+    for seqs, per_seq, heads, keys, block_q in ((64, 2, 16, 4096, 1), (128, 2, 16, 4096, 1), (32, 4, 16, 4096, 1),
+                                                (8, 4, 8, 4096, 2), (8, 2, 32, 4096, 1), (64, 2, 4, 4096, 2)):
+        for fp8 in (torch.float8_e4m3fn, torch.float8_e5m2):  # 16 rows (mla_sm90_fp8) whatever the split
+            assert plan(seqs, per_seq, heads, keys, cache_dtype=fp8)["block_q"] == block_q, (seqs, per_seq, heads)
+    monkeypatch.setattr(tmla, "SM90_FP8", False)  # the narrow kernel's own fp8 path: 32 rows
+    assert plan(64, 2, 16, 4096, cache_dtype=torch.float8_e4m3fn)["block_q"] == 2
+    monkeypatch.setattr(tmla, "SM90_FP8", True)
     assert plan(8, 1, 16, 4096, split_tokens=100)["split_tokens"] == 128  # the tile's multiples
     assert plan(8, 1, 48, 4096) is None
     monkeypatch.setattr(tmla, "SM90_NARROW", False)

@@ -161,6 +161,22 @@ SM90_NARROW = True
 # this module's kernel 200.3), B32 x 8192 H16 74.3 (100.3, 107.2), 2 tokens B64 x 4096 H16 on the
 # narrow path 137.0 (198.4).
 SM90_FP8 = True
+# Speculative tokens on the narrow kernels: a program holds a sequence's query tokens in up to 32
+# rows, or in up to 16 (at 16 heads one token a program; the programs of a sequence's tokens read
+# the same pages, all but the first mostly from L2) on fp8 caches (``mla_sm90_fp8`` takes 16 rows,
+# the narrow kernel's own fp8 path 32) and, on bf16/fp16 caches, where the 32-row programs would
+# split at least _SHORT_SPLITS ways (short splits: their combine and fixed costs outweigh the
+# second read) and at most _MAX_READERS programs read a page. H100, 2026-11-26, CUDA-graph
+# replays, us, 32-row / 16-row programs (benchmarks/results/gpu-2026-11-26f/logs/probe-q1*.txt):
+# e4m3, 2 tokens H16: B64 x 4096 126.1 / 102.5, B128 x 4096 229.9 / 205.6, B32 x 8192 123.2 /
+# 105.9, B16 x 4096 41.6 / 34.7, B1 x 32768 34.6 / 25.0; 4 tokens B32 x 4096 125.5 / 101.7, B8 x
+# 4096 H8 28.4 / 22.7. bf16, 2 tokens H16 (32-row splits): B1 x 32768 (128) 32.4 / 26.3, B8 x
+# 4096 (16) 27.6 / 25.1, B12 (11) 35.1 / 32.9, B16 (8) 41.8 / 39.4, B16 x 8192 (8) 66.7 / 67.3,
+# B20 (6) 49.2 / 48.3, B24 (5) 55.3 / 65.5, B32 x 8192 (4) 117.1 / 122.6, B64 x 4096 (2) 119.2 /
+# 121.7; 3 tokens B8 (3 readers) 32.2 / 30.9; 4 tokens B8 x 4096 (4 readers) 33.8 / 36.2, B4 x
+# 16384 54.5 / 63.1; 4 tokens B8 x 4096 H8 (2 readers) 26.7 / 24.6.
+_SHORT_SPLITS = 8
+_MAX_READERS = 3
 # Heads one program holds (the M dimension of the dots is at most 64 rows).
 _MAX_HEADS_PER_PROGRAM = 64
 _MAX_BLOCK_M = 64
@@ -487,7 +503,8 @@ def prepare_mla_decode(
     if SM90_GLUON and not invariant and max_blocks * block_size >= _GLUON_MIN_KEYS:
         from . import mla_sm90, mla_sm90_narrow
 
-        narrow_q = _query_block(heads, num_tokens, num_seqs, max_query_len, mla_sm90_narrow.MAX_ROWS)
+        narrow_q = _narrow_query_block(q_latent, kv_cache, heads, num_tokens, num_seqs, max_query_len,
+                                       max_blocks * block_size)
         if mla_sm90.declines(q_latent, q_rope, kv_cache) is None:
             # one program a token and 64-head group; splits at multiples of its pair of tiles
             gluon = (0, num_tokens * num_head_groups, mla_sm90.SPLIT_KEYS)
@@ -610,6 +627,26 @@ def _query_block(heads: int, num_tokens: int, num_seqs: int, max_query_len: int,
     if per_seq <= 1:
         return 1
     return max(1, min(next_power_of_2(per_seq), max_rows // next_power_of_2(heads)))
+
+
+def _narrow_query_block(q_latent: Tensor, kv_cache: Tensor, heads: int, num_tokens: int, num_seqs: int,
+                        max_query_len: int, capacity: int) -> int:
+    """Query tokens a narrow-kernel program holds (``mla_sm90_narrow``, ``mla_sm90_fp8``): as
+    ``_query_block`` in 32 rows, or in 16 where SM90_FP8's comment says, from shapes only
+    (``capacity``: the block table's keys)."""
+    from . import mla_sm90_fp8, mla_sm90_narrow
+
+    block_q = _query_block(heads, num_tokens, num_seqs, max_query_len, mla_sm90_narrow.MAX_ROWS)
+    block_16 = _query_block(heads, num_tokens, num_seqs, max_query_len, mla_sm90_fp8.ROWS)
+    if block_16 == block_q:
+        return block_q
+    if kv_cache.dtype in _FP8:
+        return block_16 if SM90_FP8 and mla_sm90_fp8.declines(q_latent, kv_cache, block_16) is None else block_q
+    per_seq = max_query_len if max_query_len > 0 else cdiv(num_tokens, max(num_seqs, 1))
+    programs = _busy_q_blocks(num_tokens, num_seqs, block_q, max_query_len)
+    _, splits, _ = _plan_splits(q_latent.device, programs, 1, capacity, mla_sm90_narrow.TILE_N,
+                                num_tokens * q_latent.shape[1] * (q_latent.shape[2] + 1) * 4, None)
+    return block_16 if splits >= _SHORT_SPLITS and cdiv(per_seq, block_16) <= _MAX_READERS else block_q
 
 
 def _combine(workspace: _Workspace, split_tokens: int, num_splits: int, num_tokens: int, num_seqs: int,
