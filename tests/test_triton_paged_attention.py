@@ -366,6 +366,27 @@ def test_merge_paths_bitwise_interpreted(monkeypatch) -> None:
     check_merge_paths_bitwise("cpu", case, monkeypatch)
 
 
+@interpreter_tier
+@pytest.mark.parametrize("case", [
+    # a window whose first key falls inside a later split (the key loop starts mid-split): decode
+    # (tiles of 256 keys, splits of 2) and prefill (tiles of 64, splits of 2)
+    Case((1, 1, 1), (2500, 700, 65), window=(1100, 0), split_tokens=512),
+    Case((3, 17, 1), (300, 260, 40), window=(70, 5), split_tokens=128, sinks=True),
+    # chunked attention: each query block's keys start at its chunk, some splits without keys
+    Case((2, 9), (290, 200), chunk=40, split_tokens=128, dtype=FP16),
+    # every row masked in some splits (causal prefill over few keys), fp8 cache, splits of one tile
+    Case((5, 1), (5, 250), split_tokens=16, cache_dtype=torch.float8_e4m3fn),
+    # non-causal, softcap, ALiBi, no LSE
+    Case((4, 1), (180, 333), causal=False, softcap=20.0, alibi=True, with_lse=False, split_tokens=128),
+], ids=lambda c: c.id)
+def test_merge_paths_bitwise_key_ranges_interpreted(case: Case, monkeypatch) -> None:
+    """A program that merges its sequence's splits itself does so in its one key loop, at the
+    split ends (``_attention_kernel``): the same bits as the workspace and the combine kernel
+    where the loop starts inside a split (windows, chunks), where splits have no visible key, and
+    with splits of one tile; and both match the float64 loop."""
+    check_merge_paths_bitwise("cpu", case, monkeypatch)
+
+
 def combine_settings(*levels, few_load_splits: int | None = None) -> list[dict]:
     """Plans of the combine kernel to compare: for each of ``levels``, at least that many programs
     (``_COMBINE_MIN_PROGRAMS``; 1: the blocking of large batches, whole rows of 512 // Dv heads;

@@ -106,9 +106,10 @@ _INVARIANT_LONG_FROM = 16384
 # Largest split-KV workspace (partial outputs and LSEs, float32); larger calls combine their
 # splits inside each program instead (same algebra, same bits, no workspace).
 _WORKSPACE_BYTES = 256 * 2**20
-# Partial states merged as a group: a sequence's splits are merged in order, padded with empty
-# partials to a multiple of it, by the combine kernel and by the attention kernel's in-program
-# merge alike (the same arithmetic, the same bits).
+# Partial states the combine kernel merges as a group: a sequence's splits in order, padded with
+# empty partials to a multiple of it (an empty partial leaves the merge state's bits unchanged,
+# so the attention kernel's in-program merge, which merges only the splits its key loop
+# reaches, gives the same bits).
 _MERGE_GROUP = 4
 # The combine kernel's blocking (``_combine_blocking``). A program merges one token's
 # [BLOCK_H, DV_BLOCK] slab of the output (BLOCK_H heads, DV_BLOCK of the padded value columns),
@@ -341,7 +342,6 @@ def _attention_kernel(
     USE_SOFTCAP: tl.constexpr, USE_ALIBI: tl.constexpr, HAS_SINKS: tl.constexpr,
     IS_FP8: tl.constexpr, HAS_LSE: tl.constexpr, WRITE_PARTIAL: tl.constexpr,
     DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
-    MERGE_GROUP: tl.constexpr,  # the combine kernel's merge group (_MERGE_GROUP)
     ONE_SPLIT: tl.constexpr,  # at most one split, merged in the program (no workspace)
     USE_PDL: tl.constexpr,  # the combine kernel may launch once the key loop is done (_PDL)
 ):
@@ -445,11 +445,11 @@ def _attention_kernel(
     if WRITE_PARTIAL:
         if pid_s >= seq_splits:
             return  # the combine kernel reads only the splits below seq_splits
-        split_first = pid_s
-        split_end = pid_s + 1
-    else:  # as many (empty) splits past the end as the combine kernel merges, for the same bits
-        split_first = 0
-        split_end = (seq_splits + MERGE_GROUP - 1) // MERGE_GROUP * MERGE_GROUP
+        lo = tl.maximum(kv_lo, pid_s * split_tokens) // TILE_N * TILE_N
+        hi = tl.minimum(kv_hi, (pid_s + 1) * split_tokens)
+    else:
+        lo = kv_lo // TILE_N * TILE_N
+        hi = kv_hi
     merged_m = tl.full([BLOCK_M], float("-inf"), tl.float32)
     merged_l = tl.zeros([BLOCK_M], tl.float32)
     merged_acc = tl.zeros([BLOCK_M, DV_PAD], tl.float32)
@@ -464,91 +464,94 @@ def _attention_kernel(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, DV_PAD], tl.float32)
 
-    # ONE_SPLIT (at most one split, no workspace): the running state goes to the epilogue after
-    # the loop, so the merge state ([BLOCK_M, DV_PAD] float32) is not live across it.
-    for split in range(split_first, split_end):
-        if not ONE_SPLIT:
-            m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-            l_i = tl.zeros([BLOCK_M], tl.float32)
-            acc = tl.zeros([BLOCK_M, DV_PAD], tl.float32)
-        lo = tl.maximum(kv_lo, split * split_tokens) // TILE_N * TILE_N
-        hi = tl.minimum(kv_hi, (split + 1) * split_tokens)
-        # Block ids are fetched one tile ahead: the K/V addresses depend on them, and a load
-        # issued in the same iteration would add a second memory latency to every tile.
-        next_block = _load_block_ids(block_table_ptr + seq * stride_bt_seq, stride_bt_block, lo, seq_len,
-                                     max_blocks, BLOCK_SIZE, TILE_N)
-        for start in range(lo, hi, TILE_N):
-            # -- block-table lookup: [TILE_N] --
-            offs_n = start + tl.arange(0, TILE_N)
-            block = next_block
-            next_block = _load_block_ids(block_table_ptr + seq * stride_bt_seq, stride_bt_block, start + TILE_N,
-                                         seq_len, max_blocks, BLOCK_SIZE, TILE_N)
-            key_ok = (block >= 0) & (block < num_blocks)  # -1: past the sequence or the table
-            block = tl.where(key_ok, block, 0).to(tl.int64)
-            slot = offs_n % BLOCK_SIZE
-
-            # -- load K tile: [TILE_N, D_PAD] --
-            k_rows = block * stride_kc_block + slot * stride_kc_slot + kv_head * stride_kc_head
-            k = _load_rows(key_cache_ptr, k_rows, offs_d, key_ok, HEAD_SIZE, D_PAD)
-            if IS_FP8:  # exact: fp8 values are fp16 values; the scale is in qk_scale
-                k = k.to(tl.float16)
-            k = k.to(q.dtype)  # fp32 queries: exact too
-
-            # -- scores: scale, softcap, ALiBi, mask (log2 domain): [BLOCK_M, TILE_N] --
-            s = _dot(q, tl.trans(k), None, DOT_PRECISION, DOT_UPCAST) * qk_scale
-            if USE_SOFTCAP:
-                # softcap * tanh(s / softcap), tanh(|x|) = (1 - e) / (1 + e) with e = exp(-2|x|) in
-                # (0, 1]: no overflow for any score.
-                x = s / softcap
-                e = tl.exp2(tl.abs(x) * (-2.0 * LOG2E))
-                t = (1.0 - e) / (1.0 + e)
-                s = softcap * tl.where(x < 0, -t, t)
-            if USE_ALIBI:
-                s = s + slopes[:, None] * (offs_n[None, :] - pos[:, None]).to(tl.float32)
-            if USE_SOFTCAP or USE_ALIBI:
-                s = s * LOG2E
-            if CAUSAL or USE_WINDOW or USE_CHUNK:
-                # Position masks only where some row of the block sees part of the tile; rows
-                # outside the block's tokens (never stored) see every key and stay finite.
-                if (start < full_lo) | (start + TILE_N > full_hi):
-                    visible = offs_n[None, :] < pos[:, None] + _NO_LIMIT
-                    if CAUSAL:
-                        visible = visible & (offs_n[None, :] <= pos[:, None])
-                    if USE_WINDOW:
-                        visible = visible & (offs_n[None, :] >= pos[:, None] - window_left)
-                        visible = visible & (offs_n[None, :] <= pos[:, None] + window_right)
-                    if USE_CHUNK:
-                        visible = visible & (offs_n[None, :] >= chunk_row[:, None])
-                        visible = visible & (offs_n[None, :] < chunk_row[:, None] + chunk_size)
-                    s = tl.where(visible, s, float("-inf"))
-            s = tl.where(key_ok[None, :], s, float("-inf"))
-
-            # -- online softmax --
-            m_i, l_i, acc, p = softmax_step(m_i, l_i, acc, s)
-
-            # -- load V tile: [TILE_N, DV_PAD]; acc += P @ V --
-            v_rows = block * stride_vc_block + slot * stride_vc_slot + kv_head * stride_vc_head
-            v = _load_rows(value_cache_ptr, v_rows, offs_dv, key_ok, HEAD_SIZE_V, DV_PAD)
-            if IS_FP8:
-                v = _fp8_to_fp16(v, unit)
-            acc = _dot(p.to(q.dtype), v.to(q.dtype), acc, DOT_PRECISION, DOT_UPCAST)
-
-        if USE_PDL:  # the key loop is done (_PDL)
-            gdc_launch_dependents()
-        # -- this split's partial state: store it, or merge it into the running result --
-        if not ONE_SPLIT:
-            part_out, part_lse = state_to_partial(m_i, l_i, acc)
-            if WRITE_PARTIAL:
-                po_rows = tok.to(tl.int64) * stride_po_tok + split * stride_po_split + head * stride_po_head
-                tl.store(part_out_ptr + po_rows[:, None] + offs_dv[None, :], part_out,
-                         mask=row_ok[:, None] & dv_ok[None, :])
-                pl_rows = tok.to(tl.int64) * stride_pl_tok + split * stride_pl_split + head
-                tl.store(part_lse_ptr + pl_rows, part_lse, mask=row_ok)
-            else:
+    # One key loop over [lo, hi). A program that merges several splits itself (neither
+    # WRITE_PARTIAL nor ONE_SPLIT) folds each split's partial into the merge state at the
+    # split's end, inside the loop, and starts the next split from the empty state: the
+    # operations and order of one loop per split (splits end at multiples of the tile; a split
+    # without keys merges as a no-op: an empty partial leaves the state's bits unchanged),
+    # without restarting the loads' pipeline and the block-id prefetch at every split. H100,
+    # 2026-11-26, fp8 B64 x 4096 in batch-invariant mode (two splits a program), graph / eager
+    # over the default mode: one loop per split +5.3 % / +4.1 %, one loop -0.4 % / -0.2 %
+    # (benchmarks/results/gpu-2026-11-26f/logs/bench/ and bench-attn2/, paged_attention.txt).
+    boundary = (lo // split_tokens + 1) * split_tokens  # the end of the split holding lo
+    # Block ids are fetched one tile ahead: the K/V addresses depend on them, and a load
+    # issued in the same iteration would add a second memory latency to every tile.
+    next_block = _load_block_ids(block_table_ptr + seq * stride_bt_seq, stride_bt_block, lo, seq_len,
+                                 max_blocks, BLOCK_SIZE, TILE_N)
+    for start in range(lo, hi, TILE_N):
+        if not WRITE_PARTIAL and not ONE_SPLIT:
+            if start >= boundary:  # the first tile of the next split
+                part_out, part_lse = state_to_partial(m_i, l_i, acc)
                 merged_m, merged_l, merged_acc = merge_partial(merged_m, merged_l, merged_acc, part_lse, part_out)
+                m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+                l_i = tl.zeros([BLOCK_M], tl.float32)
+                acc = tl.zeros([BLOCK_M, DV_PAD], tl.float32)
+                boundary += split_tokens
+        # -- block-table lookup: [TILE_N] --
+        offs_n = start + tl.arange(0, TILE_N)
+        block = next_block
+        next_block = _load_block_ids(block_table_ptr + seq * stride_bt_seq, stride_bt_block, start + TILE_N,
+                                     seq_len, max_blocks, BLOCK_SIZE, TILE_N)
+        key_ok = (block >= 0) & (block < num_blocks)  # -1: past the sequence or the table
+        block = tl.where(key_ok, block, 0).to(tl.int64)
+        slot = offs_n % BLOCK_SIZE
 
-    if ONE_SPLIT:  # the same operations as one merged split (no split ran: the empty state)
-        part_out, part_lse = state_to_partial(m_i, l_i, acc)
+        # -- load K tile: [TILE_N, D_PAD] --
+        k_rows = block * stride_kc_block + slot * stride_kc_slot + kv_head * stride_kc_head
+        k = _load_rows(key_cache_ptr, k_rows, offs_d, key_ok, HEAD_SIZE, D_PAD)
+        if IS_FP8:  # exact: fp8 values are fp16 values; the scale is in qk_scale
+            k = k.to(tl.float16)
+        k = k.to(q.dtype)  # fp32 queries: exact too
+
+        # -- scores: scale, softcap, ALiBi, mask (log2 domain): [BLOCK_M, TILE_N] --
+        s = _dot(q, tl.trans(k), None, DOT_PRECISION, DOT_UPCAST) * qk_scale
+        if USE_SOFTCAP:
+            # softcap * tanh(s / softcap), tanh(|x|) = (1 - e) / (1 + e) with e = exp(-2|x|) in
+            # (0, 1]: no overflow for any score.
+            x = s / softcap
+            e = tl.exp2(tl.abs(x) * (-2.0 * LOG2E))
+            t = (1.0 - e) / (1.0 + e)
+            s = softcap * tl.where(x < 0, -t, t)
+        if USE_ALIBI:
+            s = s + slopes[:, None] * (offs_n[None, :] - pos[:, None]).to(tl.float32)
+        if USE_SOFTCAP or USE_ALIBI:
+            s = s * LOG2E
+        if CAUSAL or USE_WINDOW or USE_CHUNK:
+            # Position masks only where some row of the block sees part of the tile; rows
+            # outside the block's tokens (never stored) see every key and stay finite.
+            if (start < full_lo) | (start + TILE_N > full_hi):
+                visible = offs_n[None, :] < pos[:, None] + _NO_LIMIT
+                if CAUSAL:
+                    visible = visible & (offs_n[None, :] <= pos[:, None])
+                if USE_WINDOW:
+                    visible = visible & (offs_n[None, :] >= pos[:, None] - window_left)
+                    visible = visible & (offs_n[None, :] <= pos[:, None] + window_right)
+                if USE_CHUNK:
+                    visible = visible & (offs_n[None, :] >= chunk_row[:, None])
+                    visible = visible & (offs_n[None, :] < chunk_row[:, None] + chunk_size)
+                s = tl.where(visible, s, float("-inf"))
+        s = tl.where(key_ok[None, :], s, float("-inf"))
+
+        # -- online softmax --
+        m_i, l_i, acc, p = softmax_step(m_i, l_i, acc, s)
+
+        # -- load V tile: [TILE_N, DV_PAD]; acc += P @ V --
+        v_rows = block * stride_vc_block + slot * stride_vc_slot + kv_head * stride_vc_head
+        v = _load_rows(value_cache_ptr, v_rows, offs_dv, key_ok, HEAD_SIZE_V, DV_PAD)
+        if IS_FP8:
+            v = _fp8_to_fp16(v, unit)
+        acc = _dot(p.to(q.dtype), v.to(q.dtype), acc, DOT_PRECISION, DOT_UPCAST)
+
+    if USE_PDL:  # the key loop is done (_PDL)
+        gdc_launch_dependents()
+    # -- the (last) split's partial state: store it, or merge it into the running result --
+    part_out, part_lse = state_to_partial(m_i, l_i, acc)
+    if WRITE_PARTIAL:
+        po_rows = tok.to(tl.int64) * stride_po_tok + pid_s * stride_po_split + head * stride_po_head
+        tl.store(part_out_ptr + po_rows[:, None] + offs_dv[None, :], part_out, mask=row_ok[:, None] & dv_ok[None, :])
+        pl_rows = tok.to(tl.int64) * stride_pl_tok + pid_s * stride_pl_split + head
+        tl.store(part_lse_ptr + pl_rows, part_lse, mask=row_ok)
+    else:
         merged_m, merged_l, merged_acc = merge_partial(merged_m, merged_l, merged_acc, part_lse, part_out)
     if not WRITE_PARTIAL:
         # -- epilogue: out [BLOCK_M, DV_PAD] and lse [BLOCK_M], natural log --
@@ -872,7 +875,8 @@ def prepare_paged_attention(
         # own splits in order instead of writing partials for the combine kernel: the same grid
         # as the default mode, the same bits (test_merge_paths_bitwise), no workspace round trip
         # and no second launch. H100, 2026-11-23, fp8 B64 x 4096: batch-invariant +5.4 % over
-        # the default through the workspace; not yet timed this way.
+        # the default through the workspace; this way, in one key loop (_attention_kernel),
+        # -0.4 % (2026-11-26).
         write_partial = False
     is_fp8 = key_cache.dtype in _FP8
     has_lse = lse is not None
@@ -925,7 +929,6 @@ def prepare_paged_attention(
         IS_FP8=is_fp8, HAS_LSE=has_lse, WRITE_PARTIAL=write_partial,
         DOT_PRECISION="ieee" if query.dtype == torch.float32 else "tf32",
         DOT_UPCAST=query.dtype == torch.bfloat16 and _interpreted(),
-        MERGE_GROUP=1 if split_tokens == _NO_SPLIT else _MERGE_GROUP,
         ONE_SPLIT=split_tokens == _NO_SPLIT and not write_partial, USE_PDL=pdl,
         num_warps=num_warps, num_stages=num_stages,
     )
