@@ -21,7 +21,10 @@ dispatcher (``torch.ops.paged_attn.<op>``: what torch.compile, export and modes 
 functions skip it on plain eager calls, ``ops/_library.declare``), so the difference is the
 custom-op dispatcher's own cost; and, when FlashInfer imports (CUDA), ``flashinfer decode run()``
 (CUDA cores and tensor cores, planned once outside the timing, on the same one-token inputs) and
-``flashinfer merge_state``, measured the same way.
+``flashinfer merge_state``, measured the same way; and, when FlashAttention-4 imports (CUDA),
+``paged_attention (flash backend)`` (the public op under ``backend("flash")``, set once outside
+the timing) beside ``flash_attn_4 direct`` (``flash_attn.cute.flash_attn_varlen_func`` on the
+same decode inputs): the host cost the ``flash`` backend adds to FlashAttention-4's own.
 
 The baselines are a null Triton kernel (an empty @triton.jit function) launched by
 ``kernel[grid]`` (Triton's ``JITFunction.run``) and by the package's cached launcher
@@ -285,6 +288,36 @@ def flashinfer_calls(device: torch.device) -> dict[str, Callable[[], Callable[[]
     }
 
 
+# rows measured with the flash backend set around them (``flash_calls``)
+FLASH_BACKEND_ROWS = ("paged_attention (flash backend)",)
+
+
+def flash_calls(device: torch.device) -> dict[str, Callable[[], Callable[[], Any]]]:
+    """The ``flash`` backend's ``paged_attention`` and FlashAttention-4 called directly, on the
+    decode inputs of ``op_calls`` (one token over one 16-key block, Hq 32 / Hkv 8, D 128, bf16);
+    factories; an exception when FlashAttention-4 does not import or the backend cannot run."""
+    from flash_attn.cute import flash_attn_varlen_func
+
+    from torch_paged_attn.lowering import flash
+
+    missing = flash.available()
+    if missing is not None:
+        raise RuntimeError(missing)
+    dt, Hq, Hkv, D, BS = torch.bfloat16, 32, 8, 128, 16
+    q = torch.randn(1, Hq, D, device=device, dtype=dt)
+    kc, vc = (torch.randn(2, BS, Hkv, D, device=device, dtype=dt) for _ in range(2))
+    table = torch.zeros(1, 1, dtype=torch.int32, device=device)
+    lens, qsl = (torch.tensor(v, dtype=torch.int32, device=device) for v in ([BS], [0, 1]))
+    scale = 1.0 / math.sqrt(D)
+    return {
+        "paged_attention (flash backend)": lambda: (
+            lambda: tpa.paged_attention(q, kc, vc, table, lens, qsl, scale=scale, max_query_len=1)),
+        "flash_attn_4 direct": lambda: (lambda: flash_attn_varlen_func(
+            q, kc, vc, cu_seqlens_q=qsl, seqused_k=lens, max_seqlen_q=1, max_seqlen_k=BS, page_table=table,
+            softmax_scale=scale, causal=True)),
+    }
+
+
 def _median(f: Callable[[], float], reps: int) -> float:
     return statistics.median(f() for _ in range(reps))
 
@@ -393,6 +426,11 @@ def _measure_all(args, device: torch.device, calls: int, reps: int, binary_calls
         except Exception as e:  # not installed, or failing to load: one row says so
             H.progress(f"  flashinfer: {type(e).__name__}: {str(e)[:120]}")
             targets["flashinfer decode run()"] = _raiser(f"flashinfer not importable ({type(e).__name__}: {str(e)[:80]})")
+        try:
+            targets.update(flash_calls(device))
+        except Exception as e:  # FlashAttention-4 not installed or not loading: one row says so
+            H.progress(f"  flash_attn_4: {type(e).__name__}: {str(e)[:120]}")
+            targets["flash_attn_4 direct"] = _raiser(f"flash_attn.cute not importable ({type(e).__name__}: {str(e)[:80]})")
 
     rows: list[H.Row] = []
     for name, make in targets.items():
@@ -404,12 +442,14 @@ def _measure_all(args, device: torch.device, calls: int, reps: int, binary_calls
                 raise RuntimeError(dead)
             fn = make()
             note = ""
-            if name in ops:
-                from torch_paged_attn import lowering
+            backend = tpa.backend("flash") if name in FLASH_BACKEND_ROWS else contextlib.nullcontext()
+            with backend:
+                if name in ops or name in FLASH_BACKEND_ROWS:
+                    from torch_paged_attn import lowering
 
-                lowering._CHOICES.clear()  # the note names the backend a fresh plan selects
-                note = H.backend_of(fn)[1]
-            row.extra.update(measure(fn, device, calls, reps), note=note)
+                    lowering._CHOICES.clear()  # the note names the backend a fresh plan selects
+                    note = H.backend_of(fn)[1]
+                row.extra.update(measure(fn, device, calls, reps), note=note)
             if binary_calls is not None:  # --null-launch: kernels one call launches on the cached path
                 binary_calls[0] = 0
                 kernels.clear()
