@@ -632,8 +632,8 @@ def _query_block(heads: int, num_tokens: int, num_seqs: int, max_query_len: int,
 def _narrow_query_block(q_latent: Tensor, kv_cache: Tensor, heads: int, num_tokens: int, num_seqs: int,
                         max_query_len: int, capacity: int) -> int:
     """Query tokens a narrow-kernel program holds (``mla_sm90_narrow``, ``mla_sm90_fp8``): as
-    ``_query_block`` in 32 rows, or in 16 where SM90_FP8's comment says, from shapes only
-    (``capacity``: the block table's keys)."""
+    ``_query_block`` in 32 rows, or in 16 where the comment above ``_SHORT_SPLITS`` says, from
+    shapes only (``capacity``: the block table's keys)."""
     from . import mla_sm90_fp8, mla_sm90_narrow
 
     block_q = _query_block(heads, num_tokens, num_seqs, max_query_len, mla_sm90_narrow.MAX_ROWS)
