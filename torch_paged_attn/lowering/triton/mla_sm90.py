@@ -48,8 +48,9 @@ loop and spilling them (393 spill instructions otherwise). Q lives in one shared
 a 64-column chunk (``_rings9``): in one buffer, Triton's barrier analysis put a warpgroup barrier
 between the chunks' stores, and the prologue issued its query loads eight, then four at a time
 with barriers between (sm_90 SASS); now all of a warpgroup's query loads (16 a thread in the right
-one, which stores four chunks; 20 in the left, five), then its stores, then one barrier. H100, graph replays, against the kernel before it (results/gpu-2026-11-26e/logs/probe.txt):
-B1 x 32768 H128 43.0-43.4 -> 41.7 us (each split program covers eight tiles, four pairs, so its
+one, which stores four chunks; 20 in the left, five), then its stores, then one barrier. H100,
+graph replays, against the kernel before it (results/gpu-2026-11-26e/logs/probe.txt): B1 x 32768
+H128 43.0-43.4 -> 41.7 us (each split program covers eight tiles, four pairs, so its
 prologue weighs), B64 x 4096 H128 152.7-153.5 -> 152.0 (a second round 159.2: the spread of that
 run).
 
@@ -168,17 +169,13 @@ if gluon is not None:
 
     @gluon.jit
     def _rings9(N: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, dtype: gl.constexpr, layout: gl.constexpr):
-        """Nine chunk buffers (``_ring``), one allocation each: the latent chunks and the rope one
-        (chunk ``N - 1``). Why one allocation a chunk: Triton's barrier analysis tells shared
-        memory apart by allocation only, so into one buffer every chunk's store waited at a barrier
-        for the chunk before it (sm_90 SASS): eight barriers a tile in the fp8 conversion, and in
-        the prologue each of the nine query chunks' global load issued only after the previous
-        chunk's store and barrier (nine load latencies in a row)."""
-        return (_ring(0, N, DEPTH, ROWS, dtype, layout), _ring(1, N, DEPTH, ROWS, dtype, layout),
-                _ring(2, N, DEPTH, ROWS, dtype, layout), _ring(3, N, DEPTH, ROWS, dtype, layout),
-                _ring(4, N, DEPTH, ROWS, dtype, layout), _ring(5, N, DEPTH, ROWS, dtype, layout),
-                _ring(6, N, DEPTH, ROWS, dtype, layout), _ring(7, N, DEPTH, ROWS, dtype, layout),
-                _ring(8, N, DEPTH, ROWS, dtype, layout))
+        """Nine chunk buffers (``_ring``), one allocation each: the latent chunks (``_rings8``) and
+        the rope one (chunk ``N - 1``). Why one allocation a chunk: Triton's barrier analysis tells
+        shared memory apart by allocation only, so into one buffer every chunk's store waited at a
+        barrier for the chunk before it (sm_90 SASS): eight barriers a tile in the fp8 conversion,
+        and in the prologue each of the nine query chunks' global load issued only after the
+        previous chunk's store and barrier (nine load latencies in a row)."""
+        return _rings8(N, DEPTH, ROWS, dtype, layout) + (_ring(8, N, DEPTH, ROWS, dtype, layout), )
 
     @gluon.jit
     def _signal_dependents():

@@ -46,18 +46,20 @@ together) = 85.7-86.6 % of copy; B32 x 8192 74.3 -> 66.7 us.
 Shared memory (latent 512, 16 rows): two fp8 stages of 64 keys x 576 (72 KiB; stage ``w`` holds
 warpgroup ``w``'s tiles, refilled by the producer as soon as its tile is converted), two fp16
 latent tiles of 64 x 512 (128 KiB; one allocation a chunk), Q in fp16 (18 KiB; one allocation a
-chunk too, so that the left warpgroup's nine query stores follow nine loads in flight with one
-barrier, where one buffer made it load, store and wait nine times: fp8 B128 x 4096 H16 118.3 ->
-116.0-116.1 us, B32 x 8192 66.7-66.8 -> 65.8-65.9, H100 graph replays, two rounds,
-results/gpu-2026-11-26e/logs/probe.txt; the left warpgroup now loads the queries once for both
-their unit and their stores and hands the unit to the right one: 115.8-115.9 and 65.4-65.7,
-logs/probe-3.txt), two P tiles (4 KiB): 222 KiB of the 227. Measured and not kept: this schedule for 32 rows over a
-bf16 cache (each warpgroup a whole tile at N = 32, the stage its operand, no conversion), 125.9
-us on 2 tokens B64 x 4096 H16 against the narrow kernel's 119.0 (commit 86e8123,
-results/gpu-2026-11-26e/logs/probe-mtp.txt).
+chunk too), two P tiles (4 KiB): 222 KiB of the 227.
+
 No room for an fp16 rope chunk: the rope columns of ``S^T`` take their A operand from registers
 (the fp8 chunk loaded in the wgmma operand layout and converted there; its rows past the
 sequence hold anything: their scores are masked).
+
+Q's chunks in their own allocations let the left warpgroup issue its nine query loads, then the
+stores, then one barrier, where one buffer made it load, store and wait nine times: fp8 B128 x
+4096 H16 118.3 -> 116.0-116.1 us, B32 x 8192 66.7-66.8 -> 65.8-65.9 (H100, graph replays, two
+rounds, results/gpu-2026-11-26e/logs/probe.txt). The left warpgroup loads the queries once, for
+their unit and their stores, and hands the unit to the right one: 115.8-115.9 and 65.4-65.7
+(logs/probe-3.txt). Measured and not kept: this schedule for 32 rows over a bf16 cache (each
+warpgroup a whole tile at N = 32, the stage its operand, no conversion), 125.9 us on 2 tokens
+B64 x 4096 H16 against the narrow kernel's 119.0 (commit 86e8123, logs/probe-mtp.txt).
 
 Loads: the producer warp issues one TMA box of ``min(BS, 64)`` rows x 64 columns a page and chunk
 (``mla_sm90_narrow._issue``: a block id outside ``[0, NB)`` or a page past the sequence points past

@@ -441,8 +441,8 @@ def _attention_kernel(
 
     # -- splits: this program's one (WRITE_PARTIAL) or all of the sequence's, merged in order --
     split_tokens = tl.where(seq_len > long_from, long_split_tokens, split_tokens)
-    seq_splits = tl.minimum((tl.maximum(seq_len, 0) + split_tokens - 1) // split_tokens, num_splits)
     if WRITE_PARTIAL:
+        seq_splits = tl.minimum((tl.maximum(seq_len, 0) + split_tokens - 1) // split_tokens, num_splits)
         if pid_s >= seq_splits:
             return  # the combine kernel reads only the splits below seq_splits
         lo = tl.maximum(kv_lo, pid_s * split_tokens) // TILE_N * TILE_N
