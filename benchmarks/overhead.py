@@ -212,6 +212,17 @@ def _gluon_mla_module():
     return mla_sm90 if _sm90.gl is not None else None
 
 
+def _decode_inputs(device: torch.device) -> tuple[torch.Tensor, ...]:
+    """The decode rows' inputs, one token over one 16-key block, Hq 32 / Hkv 8, D 128, bf16:
+    ``(query [1, Hq, D], key_cache, value_cache [2, 16, Hkv, D], block_table [[0]], seq_lens [16],
+    query_start_loc [0, 1])``."""
+    dt, Hq, Hkv, D, BS = torch.bfloat16, 32, 8, 128, 16
+    q = torch.randn(1, Hq, D, device=device, dtype=dt)
+    kc, vc = (torch.randn(2, BS, Hkv, D, device=device, dtype=dt) for _ in range(2))
+    i32 = dict(dtype=torch.int32, device=device)
+    return q, kc, vc, torch.zeros(1, 1, **i32), torch.tensor([BS], **i32), torch.tensor([0, 1], **i32)
+
+
 def op_calls(device: torch.device) -> dict[str, Callable[[], Any]]:
     """One smallest call of each public op (decode of one token over one block, one-token writes)."""
     dt, Hq, Hkv, D, BS = torch.bfloat16, 32, 8, 128, 16
@@ -223,8 +234,7 @@ def op_calls(device: torch.device) -> dict[str, Callable[[], Any]]:
     def i32(*values):
         return torch.tensor(values, dtype=torch.int32, device=device)
 
-    q, kc, vc = t(1, Hq, D), t(2, BS, Hkv, D), t(2, BS, Hkv, D)
-    table, lens, qsl = i32([0]), i32(BS), i32(0, 1)
+    q, kc, vc, table, lens, qsl = _decode_inputs(device)
     out, lse = torch.empty(1, Hq, D, device=device, dtype=dt), torch.empty(1, Hq, device=device)
     k, v, slots = t(1, Hkv, D), t(1, Hkv, D), torch.tensor([3], device=device)
     po, so, pl, sl = t(1, Hq, D), t(1, Hq, D), t(1, Hq, dtype=torch.float32), t(1, Hq, dtype=torch.float32)
@@ -268,8 +278,7 @@ def flashinfer_calls(device: torch.device) -> dict[str, Callable[[], Callable[[]
     import flashinfer
 
     dt, Hq, Hkv, D, BS = torch.bfloat16, 32, 8, 128, 16
-    q = torch.randn(1, Hq, D, device=device, dtype=dt)
-    kc, vc = (torch.randn(2, BS, Hkv, D, device=device, dtype=dt) for _ in range(2))
+    q, kc, vc = _decode_inputs(device)[:3]
     po, so = (torch.randn(1, Hq, D, device=device, dtype=dt) for _ in range(2))
     pl, sl = (torch.randn(1, Hq, device=device) for _ in range(2))
 
@@ -288,14 +297,13 @@ def flashinfer_calls(device: torch.device) -> dict[str, Callable[[], Callable[[]
     }
 
 
-# rows measured with the flash backend set around them (``flash_calls``)
+# rows measured with the flash backend set around them: op_calls' paged_attention call again
 FLASH_BACKEND_ROWS = ("paged_attention (flash backend)",)
 
 
 def flash_calls(device: torch.device) -> dict[str, Callable[[], Callable[[], Any]]]:
-    """The ``flash`` backend's ``paged_attention`` and FlashAttention-4 called directly, on the
-    decode inputs of ``op_calls`` (one token over one 16-key block, Hq 32 / Hkv 8, D 128, bf16);
-    factories; an exception when FlashAttention-4 does not import or the backend cannot run."""
+    """FlashAttention-4 called directly on the decode rows' inputs (``_decode_inputs``); factories;
+    an exception when FlashAttention-4 does not import or the ``flash`` backend cannot run."""
     from flash_attn.cute import flash_attn_varlen_func
 
     from torch_paged_attn.lowering import flash
@@ -303,18 +311,11 @@ def flash_calls(device: torch.device) -> dict[str, Callable[[], Callable[[], Any
     missing = flash.available()
     if missing is not None:
         raise RuntimeError(missing)
-    dt, Hq, Hkv, D, BS = torch.bfloat16, 32, 8, 128, 16
-    q = torch.randn(1, Hq, D, device=device, dtype=dt)
-    kc, vc = (torch.randn(2, BS, Hkv, D, device=device, dtype=dt) for _ in range(2))
-    table = torch.zeros(1, 1, dtype=torch.int32, device=device)
-    lens, qsl = (torch.tensor(v, dtype=torch.int32, device=device) for v in ([BS], [0, 1]))
-    scale = 1.0 / math.sqrt(D)
+    q, kc, vc, table, lens, qsl = _decode_inputs(device)
     return {
-        "paged_attention (flash backend)": lambda: (
-            lambda: tpa.paged_attention(q, kc, vc, table, lens, qsl, scale=scale, max_query_len=1)),
         "flash_attn_4 direct": lambda: (lambda: flash_attn_varlen_func(
-            q, kc, vc, cu_seqlens_q=qsl, seqused_k=lens, max_seqlen_q=1, max_seqlen_k=BS, page_table=table,
-            softmax_scale=scale, causal=True)),
+            q, kc, vc, cu_seqlens_q=qsl, seqused_k=lens, max_seqlen_q=1, max_seqlen_k=kc.shape[1], page_table=table,
+            softmax_scale=1.0 / math.sqrt(q.shape[-1]), causal=True)),
     }
 
 
@@ -428,6 +429,7 @@ def _measure_all(args, device: torch.device, calls: int, reps: int, binary_calls
             targets["flashinfer decode run()"] = _raiser(f"flashinfer not importable ({type(e).__name__}: {str(e)[:80]})")
         try:
             targets.update(flash_calls(device))
+            targets[FLASH_BACKEND_ROWS[0]] = targets["paged_attention"]
         except Exception as e:  # FlashAttention-4 not installed or not loading: one row says so
             H.progress(f"  flash_attn_4: {type(e).__name__}: {str(e)[:120]}")
             targets["flash_attn_4 direct"] = _raiser(f"flash_attn.cute not importable ({type(e).__name__}: {str(e)[:80]})")
