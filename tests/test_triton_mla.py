@@ -834,28 +834,7 @@ def test_gluon_mla_narrow_planning(monkeypatch) -> None:
     programs then read a page (one token a program at 16 heads, 2 at 8 heads, 12 heads padded to
     16 rows; 4 tokens at 16 heads stay 2 a program), and on fp8 caches always; the Triton kernel
     for 48 heads, 16 heads with the narrow kernel off, and batch-invariant mode."""
-    from torch_paged_attn.lowering.triton import mla_sm90, mla_sm90_narrow
-
-    plans = []
-    monkeypatch.setattr(tmla, "SM90_GLUON", True)
-    monkeypatch.setattr(mla_sm90, "declines", lambda *a: "not here")
-    monkeypatch.setattr(mla_sm90_narrow, "declines",
-                        lambda ql, qr, kv, block_q: None if ql.shape[1] * block_q <= 32 else "rows")
-    monkeypatch.setattr(mla_sm90, "prepare", lambda **k: plans.append(k) or "gluon")
-    monkeypatch.setattr(tpa, "_num_sms", lambda device: 132)
-
-    def plan(seqs: int, per_seq: int, heads: int, keys: int, cache_dtype=BF16, **options):
-        tokens = seqs * per_seq
-        ql, qr = torch.empty(tokens, heads, 512, dtype=BF16), torch.empty(tokens, heads, 64, dtype=BF16)
-        cache = torch.empty(4, 64, 576, dtype=cache_dtype)
-        table = torch.zeros(seqs, -(-keys // 64), dtype=torch.int32)
-        lens = torch.full((seqs,), keys, dtype=torch.int32)
-        qsl = torch.arange(0, tokens + 1, per_seq, dtype=torch.int32)
-        plans.clear()
-        tmla.prepare_mla_decode(ql, qr, cache, table, lens, qsl, torch.empty_like(ql), torch.empty(tokens, heads),
-                                scale=0.1, causal=True, kv_scale=None, **options)
-        return plans[-1] if plans else None
-
+    plan = _narrow_planner(monkeypatch)
     p = plan(128, 1, 16, 4096)
     assert p["block_q"] == 1 and p["split_tokens"] == tpa._NO_SPLIT and "workspace" not in p
     p = plan(32, 1, 16, 8192)
@@ -887,6 +866,66 @@ def test_gluon_mla_narrow_planning(monkeypatch) -> None:
     monkeypatch.setattr(tmla, "SM90_NARROW", True)
     with _config.batch_invariant(True):
         assert plan(8, 1, 16, 4096) is None
+
+
+def _narrow_planner(monkeypatch):
+    """``plan(seqs, per_seq, heads, keys, cache_dtype=BF16, block_size=64, **options)``: the
+    keyword arguments ``mla.prepare_mla_decode`` gives ``mla_sm90.prepare`` for such a call
+    (None: another kernel), on any machine, with the wide Gluon kernel declining everything, the
+    narrow one taking up to 32 rows, ``mla_sm90_pair`` 17-32 rows over a bf16/fp16 cache, and 132
+    SMs."""
+    from torch_paged_attn.lowering.triton import mla_sm90, mla_sm90_narrow, mla_sm90_pair
+
+    plans = []
+    monkeypatch.setattr(tmla, "SM90_GLUON", True)
+    monkeypatch.setattr(mla_sm90, "declines", lambda *a: "not here")
+    monkeypatch.setattr(mla_sm90_narrow, "declines",
+                        lambda ql, qr, kv, block_q: None if ql.shape[1] * block_q <= 32 else "rows")
+    monkeypatch.setattr(mla_sm90_pair, "declines", lambda ql, qr, kv, block_q: None if (
+        17 <= ql.shape[1] * block_q <= 32 and kv.dtype == ql.dtype) else "rows or dtype")
+    monkeypatch.setattr(mla_sm90, "prepare", lambda **k: plans.append(k) or "gluon")
+    monkeypatch.setattr(tpa, "_num_sms", lambda device: 132)
+
+    def plan(seqs: int, per_seq: int, heads: int, keys: int, cache_dtype=BF16, block_size: int = 64, **options):
+        tokens = seqs * per_seq
+        ql, qr = torch.empty(tokens, heads, 512, dtype=BF16), torch.empty(tokens, heads, 64, dtype=BF16)
+        cache = torch.empty(4, block_size, 576, dtype=cache_dtype)
+        table = torch.zeros(seqs, -(-keys // block_size), dtype=torch.int32)
+        lens = torch.full((seqs,), keys, dtype=torch.int32)
+        qsl = torch.arange(0, tokens + 1, per_seq, dtype=torch.int32)
+        plans.clear()
+        tmla.prepare_mla_decode(ql, qr, cache, table, lens, qsl, torch.empty_like(ql), torch.empty(tokens, heads),
+                                scale=0.1, causal=True, kv_scale=None, **options)
+        return plans[-1] if plans else None
+
+    return plan
+
+
+def test_gluon_mla_pair_planning(monkeypatch) -> None:
+    """Which narrow-kernel calls run ``mla_sm90_pair`` (mla._pair; no launch, any machine): block
+    sizes under 64, one token a program at 17-32 heads, and a sequence's tokens over several
+    programs; not 2-4 tokens in one program on pages of 64 keys or more, not 16 rows or fewer,
+    not fp8 caches, not with ``mla.SM90_PAIR`` off; its splits at multiples of a pair of tiles."""
+    plan = _narrow_planner(monkeypatch)
+    p = plan(64, 2, 16, 4096)
+    assert p["block_q"] == 2 and not p["pair"]  # 2 tokens a program, block 64
+    for block_size in (8, 16, 32):
+        p = plan(64, 2, 16, 4096, block_size=block_size)
+        assert p["block_q"] == 2 and p["pair"] and p["split_tokens"] % 128 == 0, block_size
+    p = plan(32, 4, 16, 4096)
+    assert p["block_q"] == 2 and p["pair"]  # 2 programs a sequence
+    assert plan(32, 4, 16, 4096, max_query_len=4)["pair"]
+    p = plan(64, 1, 32, 4096)
+    assert p["block_q"] == 1 and p["pair"]
+    assert plan(64, 1, 24, 4096)["pair"]
+    assert not plan(128, 1, 16, 4096)["pair"]  # 16 rows
+    assert not plan(8, 2, 12, 4096)["pair"]  # 1 token x 12 heads a program (16 rows)
+    assert not plan(64, 2, 16, 4096, cache_dtype=torch.float8_e4m3fn, block_size=16)["pair"]
+    assert plan(8, 1, 32, 4096, split_tokens=130)["split_tokens"] == 256  # a pair's multiples
+    assert plan(8, 1, 16, 4096, split_tokens=130)["split_tokens"] == 192  # the narrow kernel's tile's
+    monkeypatch.setattr(tmla, "SM90_PAIR", False)
+    assert not plan(64, 1, 32, 4096)["pair"]
+    assert not plan(64, 2, 16, 4096, block_size=16)["pair"]
 
 
 # 128 and 64 heads, block sizes 64 / 16 / 8, decode (lengths 0, 1, BS +- 1, several tiles) and
@@ -1002,6 +1041,65 @@ def test_gluon_mla_narrow_fp8_fuzz_cuda(family: int, gluon_mla, monkeypatch) -> 
     """The narrow fuzz's 500 draws (seeds 600000 + 25 f ..) on fp8 caches: e4m3 or e5m2 a family."""
     check_gluon_fuzz_family(600000, family, (1, 4, 8, 12, 16, 16, 32), gluon_mla, monkeypatch, narrow=True,
                             cache_dtypes=(E4M3, E4M3, E5M2))
+
+
+# mla_sm90_pair (17-32 rows a program over a bf16/fp16 cache), planned wherever it takes the call:
+# 2 tokens x 16 heads (causal and not, odd and even tile counts, lengths under a tile), 1 token x
+# 32 heads and x 24, 2 x 12, 4 tokens x 8, block sizes 8 .. 128, latent 256 / 128, fp16, no LSE,
+# padding tokens, strided caches, forced splits (64 keys: rounded to a pair; 256), a sequence of 3
+# tokens over two programs
+_PAIR_CASES = [
+    replace(_BASE, **_MTP),
+    replace(_BASE, **_MTP, causal=False, block_size=32),
+    replace(_BASE, **_MTP, block_size=8, pad_tokens=2),
+    replace(_BASE, **_MTP, split_tokens=64, with_lse=False, block_size=128),
+    replace(_BASE, **_MTP, strided=True, block_size=16, split_tokens=256),
+    replace(_BASE, num_heads=32, dtype=FP16, pad_tokens=1),
+    replace(_BASE, num_heads=24, latent=256, rope=64),
+    replace(_BASE, q_lens=(2, 2, 2), kv_lens=(63, 64, 129), num_heads=12, latent=128, rope=64),
+    replace(_BASE, q_lens=(4, 1, 4), kv_lens=(700, 64, 1300), num_heads=8, hint=True, block_size=16),
+    replace(_BASE, q_lens=(3, 2, 3), kv_lens=(5, 200, 1900), hint=True),
+    replace(_BASE, q_lens=(2, 2, 2, 2), kv_lens=(2, 3, 64, 65), block_size=16),
+]
+
+
+def _pair_wherever_it_runs(monkeypatch) -> None:
+    """``mla._pair``: ``mla_sm90_pair`` wherever it takes the call, whatever the rule; programs of
+    up to 32 rows however far they split (``mla._narrow_query_block``'s 16-row rule off)."""
+    from torch_paged_attn.lowering.triton import mla_sm90_pair
+
+    monkeypatch.setattr(tmla, "_SHORT_SPLITS", 1 << 30)
+    monkeypatch.setattr(tmla, "_pair", lambda ql, qr, kv, block_q, *a: mla_sm90_pair.declines(ql, qr, kv, block_q)
+                        is None)
+
+
+@gpu_tier
+@pytest.mark.parametrize("sms", ["one_sm", "all_sms"])
+@pytest.mark.parametrize("case", _PAIR_CASES, ids=lambda c: c.id)
+def test_gluon_mla_pair_cuda(case: Case, sms: str, gluon_mla, monkeypatch) -> None:
+    """mla_sm90_pair on each case, unsplit (one SM planned) and split as planned for this GPU
+    (merged by the combine kernel; the cached launcher in check mode), against the float64 loop."""
+    _pair_wherever_it_runs(monkeypatch)
+    if sms == "one_sm":
+        one_sm(monkeypatch)
+    else:
+        monkeypatch.setenv("TORCH_PAGED_ATTN_FAST_LAUNCH", "check")
+    check_case(case, "cuda")
+    assert gluon_mla and gluon_mla[-1].get("pair"), f"mla_sm90_pair did not run: {gluon_mla}"
+    if case.split_tokens is not None:
+        assert gluon_mla[-1].get("workspace") is not None and gluon_mla[-1]["split_tokens"] % 128 == 0
+
+
+@gpu_tier
+@pytest.mark.fuzz
+@pytest.mark.parametrize("family", range(12))
+def test_gluon_mla_pair_fuzz_cuda(family: int, gluon_mla, monkeypatch) -> None:
+    """300 configurations (seeds 700000 + 25 f ..) with mla_sm90_pair wherever it takes the call:
+    12 / 16 / 24 / 32 heads, the narrow fuzz's other draws (1-4 query tokens a sequence, latent
+    512 / 256 / 128, block sizes 8 .. 128, lengths 0, 1, BS +- 1 and up to 3000 keys, forced
+    splits); draws of 16 rows or fewer a program run the narrow kernel; against the float64 loop."""
+    _pair_wherever_it_runs(monkeypatch)
+    check_gluon_fuzz_family(700000, family, (12, 16, 16, 24, 32), gluon_mla, monkeypatch, narrow=True)
 
 
 @gpu_tier

@@ -161,6 +161,20 @@ SM90_NARROW = True
 # this module's kernel 200.3), B32 x 8192 H16 74.3 (100.3, 107.2), 2 tokens B64 x 4096 H16 on the
 # narrow path 137.0 (198.4).
 SM90_FP8 = True
+# bf16/fp16 caches with 17-32 query rows a program (speculative tokens at 16 heads) run
+# ``mla_sm90_pair`` (each tile's scores by one warpgroup for all rows, the values split by latent
+# columns) instead of the narrow kernel's two warpgroups on the same tile.
+SM90_PAIR = True
+# ... where it measured faster than the narrow kernel: block sizes under 64 (the narrow kernel's
+# consumers issue a tile's TMA boxes themselves, one page a box, where the pair kernel has a
+# producer warp), one token a program (17-32 heads), or a sequence's tokens over several programs
+# (which read the same pages, all but the first mostly from L2); the narrow kernel keeps a
+# sequence's 2-4 tokens in one program on pages of 64 or more keys. H100, 2026-11-26, CUDA-graph
+# replays, us, pair / narrow (benchmarks/results/gpu-2026-11-26g/logs/probe-pair-2.txt, two rounds
+# each): 2 tokens H16 block 16 B64 x 4096 121.3 / 137.4; 4 tokens H16 B32 x 4096 (2 programs a
+# sequence) 74.7 / 99.6; 1 token H32 B64 x 4096 119.3 / 120.5; block 64, 2 tokens a program: H16
+# B64 x 4096 122.0 / 119.5, B32 x 8192 118.1 / 116.5, B128 x 4096 216.3 / 215.6, B24 x 4096 55.2 /
+# 55.3, H12 B32 x 4096 67.0 / 64.9.
 # Speculative tokens on the narrow kernels: a program holds a sequence's query tokens in up to 32
 # rows, or in up to 16 (at 16 heads one token a program; the programs of a sequence's tokens read
 # the same pages, all but the first mostly from L2) on fp8 caches (``mla_sm90_fp8`` takes 16 rows,
@@ -501,15 +515,18 @@ def prepare_mla_decode(
     heads = cdiv(num_heads, num_head_groups)
     invariant = _config.is_batch_invariant()
     if SM90_GLUON and not invariant and max_blocks * block_size >= _GLUON_MIN_KEYS:
-        from . import mla_sm90, mla_sm90_narrow
+        from . import mla_sm90, mla_sm90_narrow, mla_sm90_pair
 
         narrow_q = _narrow_query_block(q_latent, kv_cache, heads, num_tokens, num_seqs, max_query_len,
                                        max_blocks * block_size)
+        pair = False
         if mla_sm90.declines(q_latent, q_rope, kv_cache) is None:
             # one program a token and 64-head group; splits at multiples of its pair of tiles
             gluon = (0, num_tokens * num_head_groups, mla_sm90.SPLIT_KEYS)
         elif SM90_NARROW and mla_sm90_narrow.declines(q_latent, q_rope, kv_cache, narrow_q) is None:
-            gluon = (narrow_q, _busy_q_blocks(num_tokens, num_seqs, narrow_q, max_query_len), mla_sm90_narrow.TILE_N)
+            pair = _pair(q_latent, q_rope, kv_cache, narrow_q, num_tokens, num_seqs, max_query_len)
+            gluon = (narrow_q, _busy_q_blocks(num_tokens, num_seqs, narrow_q, max_query_len),
+                     mla_sm90_pair.SPLIT_KEYS if pair else mla_sm90_narrow.TILE_N)
         else:
             gluon = None
         if gluon is not None:
@@ -521,7 +538,8 @@ def prepare_mla_decode(
             )
             call = (q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse)
             if num_splits == 1:
-                return mla_sm90.prepare(scale=scale, causal=causal, split_tokens=_NO_SPLIT, call=call, block_q=block_q)
+                return mla_sm90.prepare(scale=scale, causal=causal, split_tokens=_NO_SPLIT, call=call, block_q=block_q,
+                                        pair=pair)
             if write_partial:
                 # the narrow kernels signal after their key loops; the wide one does not (H100, B1 x
                 # 32768 H128, graph replays: signalling after its key loop, 49.3 / 48.7 us against
@@ -533,7 +551,7 @@ def prepare_mla_decode(
                     combine=_combine(workspace, split_tokens, num_splits, num_tokens, num_seqs, num_heads, latent,
                                      kv_cache.dtype in _FP8, seq_lens, query_start_loc, out, lse, pdl=pdl,
                                      all_splits=block_q > 0),
-                    block_q=block_q, pdl=pdl,
+                    block_q=block_q, pdl=pdl, pair=pair,
                 )
     if invariant and split_tokens is None:
         split_tokens = _INVARIANT_SPLIT_TOKENS
@@ -627,6 +645,18 @@ def _query_block(heads: int, num_tokens: int, num_seqs: int, max_query_len: int,
     if per_seq <= 1:
         return 1
     return max(1, min(next_power_of_2(per_seq), max_rows // next_power_of_2(heads)))
+
+
+def _pair(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_q: int, num_tokens: int, num_seqs: int,
+          max_query_len: int) -> bool:
+    """Whether the narrow kernel's programs of ``block_q`` query tokens run ``mla_sm90_pair``
+    (the comment above ``SM90_PAIR``), from shapes only."""
+    from . import mla_sm90_narrow, mla_sm90_pair
+
+    if not SM90_PAIR or mla_sm90_pair.declines(q_latent, q_rope, kv_cache, block_q) is not None:
+        return False
+    per_seq = max_query_len if max_query_len > 0 else cdiv(num_tokens, max(num_seqs, 1))
+    return kv_cache.shape[1] < mla_sm90_narrow.TILE_N or block_q == 1 or cdiv(per_seq, block_q) > 1
 
 
 def _narrow_query_block(q_latent: Tensor, kv_cache: Tensor, heads: int, num_tokens: int, num_seqs: int,
