@@ -173,7 +173,7 @@ SM90_PAIR = True
 # replays, us, pair / narrow (benchmarks/results/gpu-2026-11-26g/logs/probe-pair-2.txt, two rounds
 # each): 2 tokens H16 block 16 B64 x 4096 121.3 / 137.4; 4 tokens H16 B32 x 4096 (2 programs a
 # sequence) 74.7 / 99.6; 1 token H32 B64 x 4096 119.3 / 120.5; block 64, 2 tokens a program: H16
-# B64 x 4096 122.0 / 119.5, B32 x 8192 118.1 / 116.5, B128 x 4096 216.3 / 215.6, B24 x 4096 55.2 /
+# B64 x 4096 122.0 / 119.5, B32 x 8192 117.9 / 116.9, B128 x 4096 216.3 / 215.6, B24 x 4096 55.2 /
 # 55.3, H12 B32 x 4096 67.0 / 64.9.
 # Speculative tokens on the narrow kernels: a program holds a sequence's query tokens in up to 32
 # rows, or in up to 16 (at 16 heads one token a program; the programs of a sequence's tokens read

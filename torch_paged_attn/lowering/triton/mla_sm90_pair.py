@@ -23,7 +23,7 @@ logs/probe-pair-2.txt; ``mla._pair`` plans it where it was faster): 4 tokens B32
 programs a sequence, the second reading from L2) 74.7 us against 99.6, 2 tokens B64 x 4096 H16 at
 block size 16 121.3 against 137.4 (its producer warp issues the page-sized boxes the narrow
 kernel's consumers issue themselves), 1 token H32 B64 x 4096 119.3 against 120.5; but 2 tokens
-in one program at block size 64, 122.0 against 119.5 (B64 x 4096 H16), 118.1 against 116.5 (B32 x
+in one program at block size 64, 122.0 against 119.5 (B64 x 4096 H16), 117.9 against 116.9 (B32 x
 8192): there both kernels are near the copy rate on the H100 and the narrow kernel's one tile at
 a time frees its stages sooner.
 
