@@ -12,7 +12,9 @@
 #       PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD
 # logs/probe-pair.txt ran the pair kernel before SCORES_FIRST (as pair0 now), logs/probe-pair-2.txt
 # this probe_pair.py, both before mla._pair's rule (the pair kernel wherever it took the call, as
-# the probe now forces); logs/probe-parts.txt ran on an H200.
+# the probe now forces); logs/probe-parts.txt (with pytest-mla-h200-parts.log: the MLA files on
+# the parts kernel) ran on an H200; pytest-mla-pair-v1.log is the MLA files on the pair kernel before
+# SCORES_FIRST and the rule, pytest-mla.log on the final tree.
 out=${1:?out dir}; shift
 mkdir -p "$out"
 here=$(dirname "$0")
