@@ -91,6 +91,8 @@ ROWS = 32  # query tokens x heads a program (wgmma's N)
 MIN_ROWS = 17  # fewer rows run the narrow kernel's one warpgroup
 SPLIT_KEYS = 2 * narrow.TILE_N  # splits at multiples of a pair of tiles
 REGS_CONSUMER = 224  # each consumer warpgroup's registers a thread (setmaxnreg)
+# the producer warp's registers: at block size 8 (eight boxes a chunk group, each its own page
+# row) it spills (60 stores, sm_90 SASS, Triton 3.6); from 16 up it does not
 REGS_PRODUCER = 24
 # The right warpgroup's scores of tile 2i + 1 as soon as it lands, before its values of tile 2i
 # (which wait for the left one's P_0). H100, graph replays, us, against after them
@@ -278,6 +280,27 @@ if gluon is not None:
                 gl.store(lse_ptr + tok_c * stride_lse_tok + (r_c % HEADS) * stride_lse_head, lse, mask=row_ok)
 
     @gluon.jit
+    def _tile(key0, kv_end, pos_c, seq_row_ptr, stride_bt_block, num_pages, num_blocks, qs, kv_smem, ready, empty, ph,
+              stage, STAGE: gl.constexpr, first: gl.constexpr, CHUNKS: gl.constexpr, z, BLOCK_SIZE: gl.constexpr,
+              CAUSAL: gl.constexpr, BLOCK_Q: gl.constexpr):
+        """``(visible, S^T)`` of the tile from ``key0`` in ``stage`` (``_visible``, ``_tile_scores``);
+        the stage's rope chunk, which only the scores read, is then free."""
+        visible = _visible(key0, kv_end, pos_c, seq_row_ptr, stride_bt_block, num_pages, num_blocks, BLOCK_SIZE,
+                           CAUSAL, BLOCK_Q)
+        s = _tile_scores(qs, kv_smem, ready, ph, stage, STAGE, first, CHUNKS, z)
+        mbarrier.arrive(empty.index(STAGE * 3 + _R))
+        return visible, s
+
+    @gluon.jit
+    def _publish(p, m, p_smem, m_smem, p_full, p_free, t: gl.constexpr, ph):
+        """``P_t`` and ``m_t`` for the other warpgroup, once it is done with the last ``P_t``."""
+        mbarrier.wait(p_free.index(t), ph ^ 1)
+        p_smem.index(t).store(p.to(p_smem.dtype))
+        m_smem.index(t).store(m)
+        fence_async_shared()
+        mbarrier.arrive(p_full.index(t))
+
+    @gluon.jit
     def _consumer(wg: gl.constexpr, q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, qs, kv_smem, p_smem, m_smem, l_smem,
                   ready, empty, q_bar, p_full, p_free, l_bar, scale, q_start, q_block_start, q_len, context, key_lo,
                   kv_end, n_pairs, num_pages, num_blocks, seq_row_ptr, stride_bt_block, stride_ql_tok,
@@ -308,21 +331,14 @@ if gluon is not None:
             st1 = z + 1
             key0 = key_lo + 2 * i * _TILE
             if wg == 0:
-                # S_0^T of tile 2i; stage 0's rope chunk is then free
-                visible = _visible(key0, kv_end, pos_c, seq_row_ptr, stride_bt_block, num_pages, num_blocks,
-                                   BLOCK_SIZE, CAUSAL, BLOCK_Q)
-                s = _tile_scores(qs, kv_smem, ready, ph, st0, 0, _A, CHUNKS, z)
-                mbarrier.arrive(empty.index(_R))
+                # S_0^T of tile 2i
+                visible, s = _tile(key0, kv_end, pos_c, seq_row_ptr, stride_bt_block, num_pages, num_blocks, qs,
+                                   kv_smem, ready, empty, ph, st0, 0, _A, CHUNKS, z, BLOCK_SIZE, CAUSAL, BLOCK_Q)
                 m0, p = _softmax(s, visible, m_i, qk_scale)
                 a0 = gl.exp2(m_i - _finite(m0))
                 l_i = l_i * a0 + gl.sum(p, 0)
                 _zero_rows(kv_smem, st0 * CHUNKS, kv_end - key0, CHUNKS - 1, 4)
-                # P_0 and m_0 for the right warpgroup, once it is done with the last P_0
-                mbarrier.wait(p_free.index(0), ph ^ 1)
-                p_smem.index(0).store(p.to(p_smem.dtype))
-                m_smem.index(0).store(m0)
-                fence_async_shared()
-                mbarrier.arrive(p_full.index(0))
+                _publish(p, m0, p_smem, m_smem, p_full, p_free, 0, ph)
                 o0, o1, o2, o3 = _values(o0, o1, o2, o3, gl.expand_dims(a0, 0), p_smem.index(0), kv_smem,
                                          st0 * CHUNKS + base, HALF)
                 mbarrier.arrive(empty.index(_A))
@@ -337,11 +353,10 @@ if gluon is not None:
                 mbarrier.arrive(empty.index(3 + _A))
                 m_i = m1
             else:
-                if SCORES_FIRST:  # S_1^T of tile 2i + 1 as soon as it lands; its rope chunk is then free
-                    visible = _visible(key0 + _TILE, kv_end, pos_c, seq_row_ptr, stride_bt_block, num_pages,
-                                       num_blocks, BLOCK_SIZE, CAUSAL, BLOCK_Q)
-                    s = _tile_scores(qs, kv_smem, ready, ph, st1, 1, _B, CHUNKS, z)
-                    mbarrier.arrive(empty.index(3 + _R))
+                if SCORES_FIRST:  # S_1^T of tile 2i + 1 as soon as it lands
+                    visible, s = _tile(key0 + _TILE, kv_end, pos_c, seq_row_ptr, stride_bt_block, num_pages,
+                                       num_blocks, qs, kv_smem, ready, empty, ph, st1, 1, _B, CHUNKS, z, BLOCK_SIZE,
+                                       CAUSAL, BLOCK_Q)
                 # the values of tile 2i with P_0 (relative to m_0) from the left warpgroup
                 mbarrier.wait(p_full.index(0), ph)
                 m0 = m_smem.index(0).load(_COL)
@@ -351,21 +366,15 @@ if gluon is not None:
                                          st0 * CHUNKS + base, HALF)
                 mbarrier.arrive(p_free.index(0))
                 mbarrier.arrive(empty.index(_B))
-                if not SCORES_FIRST:  # S_1^T of tile 2i + 1; its rope chunk is then free
-                    visible = _visible(key0 + _TILE, kv_end, pos_c, seq_row_ptr, stride_bt_block, num_pages,
-                                       num_blocks, BLOCK_SIZE, CAUSAL, BLOCK_Q)
-                    s = _tile_scores(qs, kv_smem, ready, ph, st1, 1, _B, CHUNKS, z)
-                    mbarrier.arrive(empty.index(3 + _R))
+                if not SCORES_FIRST:
+                    visible, s = _tile(key0 + _TILE, kv_end, pos_c, seq_row_ptr, stride_bt_block, num_pages,
+                                       num_blocks, qs, kv_smem, ready, empty, ph, st1, 1, _B, CHUNKS, z, BLOCK_SIZE,
+                                       CAUSAL, BLOCK_Q)
                 m1, p = _softmax(s, visible, m0, qk_scale)
                 a1 = gl.exp2(m0 - _finite(m1))
                 l_i = l_i * a1 + gl.sum(p, 0)
                 _zero_rows(kv_smem, st1 * CHUNKS, kv_end - key0 - _TILE, CHUNKS - 1, 4)
-                # P_1 and m_1 for the left warpgroup, once it is done with the last P_1
-                mbarrier.wait(p_free.index(1), ph ^ 1)
-                p_smem.index(1).store(p.to(p_smem.dtype))
-                m_smem.index(1).store(m1)
-                fence_async_shared()
-                mbarrier.arrive(p_full.index(1))
+                _publish(p, m1, p_smem, m_smem, p_full, p_free, 1, ph)
                 o0, o1, o2, o3 = _values(o0, o1, o2, o3, gl.expand_dims(a1, 0), p_smem.index(1), kv_smem,
                                          st1 * CHUNKS + base, HALF)
                 mbarrier.arrive(empty.index(3 + _B))
