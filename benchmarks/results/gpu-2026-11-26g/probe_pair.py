@@ -27,6 +27,10 @@ from torch_paged_attn.lowering.triton import mla_sm90_pair as pair  # noqa: E402
 
 
 _PAIR = tmla._pair
+# PROBE_SET=2: "ropes", the pair kernel's producer loading both stages' rope chunks first
+# (ROPES_FIRST), against "pair" and "narrow" (logs/probe-pair-3.txt)
+pair.ROPES_FIRST = False
+VARIANTS = ("ropes", "pair", "narrow") if os.environ.get("PROBE_SET") == "2" else ("pair", "pair0", "narrow")
 
 
 def main():
@@ -51,9 +55,10 @@ def main():
         copies = [md.make_inputs(s, device, i) for i in range(H.rotations(per, device))]
         want = md.gather_einsum_call(s, copies[0], torch.float32)
         for rnd in range(int(os.environ.get("PROBE_ROUNDS", "2"))):
-            for name in ("pair", "pair0", "narrow"):
+            for name in VARIANTS:
                 tmla.SM90_PAIR = name != "narrow"
-                pair.SCORES_FIRST = name == "pair"
+                pair.SCORES_FIRST = name != "pair0"
+                pair.ROPES_FIRST = name == "ropes"
                 # the pair kernel wherever it takes the call (as it ran, before mla._pair's rule)
                 tmla._pair = lambda ql, qr, kv, block_q, *a: tmla.SM90_PAIR and pair.declines(ql, qr, kv, block_q) is None
                 wide._LAUNCHERS.clear()
@@ -88,6 +93,7 @@ def main():
                     print(f"{s.name:26s}   {name}: " + ", ".join(ks), flush=True)
     tmla.SM90_PAIR = True
     pair.SCORES_FIRST = True
+    pair.ROPES_FIRST = False
     tmla._pair = _PAIR
 
 
