@@ -161,11 +161,10 @@ SM90_NARROW = True
 # this module's kernel 200.3), B32 x 8192 H16 74.3 (100.3, 107.2), 2 tokens B64 x 4096 H16 on the
 # narrow path 137.0 (198.4).
 SM90_FP8 = True
-# bf16/fp16 caches with 17-32 query rows a program (speculative tokens at 16 heads) run
-# ``mla_sm90_pair`` (each tile's scores by one warpgroup for all rows, the values split by latent
-# columns) instead of the narrow kernel's two warpgroups on the same tile.
-SM90_PAIR = True
-# ... where it measured faster than the narrow kernel: block sizes under 64 (the narrow kernel's
+# Narrow-kernel calls of 17-32 query rows a program over bf16/fp16 caches (speculative tokens at
+# 16 heads, 17-32 heads) run ``mla_sm90_pair`` (each tile's scores by one warpgroup for all rows,
+# the values split by latent columns) instead of the narrow kernel's two warpgroups on the same
+# tile where it measured faster (``_pair``): block sizes under 64 (the narrow kernel's
 # consumers issue a tile's TMA boxes themselves, one page a box, where the pair kernel has a
 # producer warp), one token a program (17-32 heads), or a sequence's tokens over several programs
 # (which read the same pages, all but the first mostly from L2); the narrow kernel keeps a
@@ -175,6 +174,7 @@ SM90_PAIR = True
 # sequence) 74.7 / 99.6; 1 token H32 B64 x 4096 119.3 / 120.5; block 64, 2 tokens a program: H16
 # B64 x 4096 122.0 / 119.5, B32 x 8192 117.9 / 116.9, B128 x 4096 216.3 / 215.6, B24 x 4096 55.2 /
 # 55.3, H12 B32 x 4096 67.0 / 64.9.
+SM90_PAIR = True
 # Speculative tokens on the narrow kernels: a program holds a sequence's query tokens in up to 32
 # rows, or in up to 16 (at 16 heads one token a program; the programs of a sequence's tokens read
 # the same pages, all but the first mostly from L2) on fp8 caches (``mla_sm90_fp8`` takes 16 rows,
