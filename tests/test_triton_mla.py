@@ -619,14 +619,15 @@ def test_cuda_graph_replay_and_no_host_sync() -> None:
 
 @gpu_tier
 def test_public_op_cuda_and_compiled() -> None:
-    """The public op runs a kernel of the Triton backend on CUDA (the narrow Gluon one on sm_90),
-    eagerly and under torch.compile(fullgraph=True)."""
+    """The public op runs a kernel of the Triton backend on CUDA (on sm_90 a Gluon one: at 16
+    heads with speculative tokens the narrow kernel or, on this case's pages of 16 keys,
+    mla_sm90_pair), eagerly and under torch.compile(fullgraph=True)."""
     b = make_batch(replace(_BASE, **_MTP), "cuda", seed=3)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         torch_paged_attn.mla_decode(*b.args(), scale=b.scale)
         torch.cuda.synchronize()
     names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    assert any(k in n for n in names for k in ("_mla_kernel", "_mla_narrow_kernel")), names
+    assert any(k in n for n in names for k in ("_mla_kernel", "_mla_narrow_kernel", "_mla_pair_kernel")), names
 
     def fn(*args):
         return torch_paged_attn.mla_decode(*args, scale=b.scale)
@@ -905,7 +906,9 @@ def test_gluon_mla_pair_planning(monkeypatch) -> None:
     """Which narrow-kernel calls run ``mla_sm90_pair`` (mla._pair; no launch, any machine): block
     sizes under 64, one token a program at 17-32 heads, and a sequence's tokens over several
     programs; not 2-4 tokens in one program on pages of 64 keys or more, not 16 rows or fewer,
-    not fp8 caches, not with ``mla.SM90_PAIR`` off; its splits at multiples of a pair of tiles."""
+    not fp8 caches, not with ``mla.SM90_PAIR`` off; its splits at multiples of a pair of tiles;
+    below block size 64, speculative tokens stay in its 32-row programs where the narrow kernel's
+    would go to 16 rows (mla._narrow_query_block)."""
     plan = _narrow_planner(monkeypatch)
     p = plan(64, 2, 16, 4096)
     assert p["block_q"] == 2 and not p["pair"]  # 2 tokens a program, block 64
@@ -915,6 +918,13 @@ def test_gluon_mla_pair_planning(monkeypatch) -> None:
     p = plan(32, 4, 16, 4096)
     assert p["block_q"] == 2 and p["pair"]  # 2 programs a sequence
     assert plan(32, 4, 16, 4096, max_query_len=4)["pair"]
+    # where 32 rows would split 8 ways or more: 16 rows on the narrow kernel at block 64, 32 rows
+    # on the pair kernel below it
+    for seqs, per_seq, keys in ((16, 2, 4096), (1, 2, 32768), (16, 2, 8192)):
+        p = plan(seqs, per_seq, 16, keys)
+        assert p["block_q"] == 1 and not p["pair"], (seqs, keys)
+        p = plan(seqs, per_seq, 16, keys, block_size=16)
+        assert p["block_q"] == 2 and p["pair"], (seqs, keys)
     p = plan(64, 1, 32, 4096)
     assert p["block_q"] == 1 and p["pair"]
     assert plan(64, 1, 24, 4096)["pair"]

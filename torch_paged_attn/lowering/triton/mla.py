@@ -188,7 +188,12 @@ SM90_PAIR = True
 # 4096 (16) 27.6 / 25.1, B12 (11) 35.1 / 32.9, B16 (8) 41.8 / 39.4, B16 x 8192 (8) 66.7 / 67.3,
 # B20 (6) 49.2 / 48.3, B24 (5) 55.3 / 65.5, B32 x 8192 (4) 117.1 / 122.6, B64 x 4096 (2) 119.2 /
 # 121.7; 3 tokens B8 (3 readers) 32.2 / 30.9; 4 tokens B8 x 4096 (4 readers) 33.8 / 36.2, B4 x
-# 16384 54.5 / 63.1; 4 tokens B8 x 4096 H8 (2 readers) 26.7 / 24.6.
+# 16384 54.5 / 63.1; 4 tokens B8 x 4096 H8 (2 readers) 26.7 / 24.6. Not at block sizes under 64,
+# where the 32-row programs run ``mla_sm90_pair`` and the narrow kernel's 16-row ones issue their
+# page-sized boxes themselves: H100, 2026-11-26, block 16, 2 tokens H16, 16-row narrow / 32-row
+# pair programs (gpu-2026-11-26g/logs/probe-rule16.txt, two rounds): B16 x 8192 99.3-99.9 /
+# 67.4-67.6, B16 x 4096 54.4-54.7 / 41.7-42.4, B4 x 16384 54.8-54.9 / 42.3, B8 x 4096 31.1 /
+# 27.7-27.8, B1 x 32768 32.4 / 33.0-33.2.
 _SHORT_SPLITS = 8
 _MAX_READERS = 3
 # Heads one program holds (the M dimension of the dots is at most 64 rows).
@@ -517,7 +522,7 @@ def prepare_mla_decode(
     if SM90_GLUON and not invariant and max_blocks * block_size >= _GLUON_MIN_KEYS:
         from . import mla_sm90, mla_sm90_narrow, mla_sm90_pair
 
-        narrow_q = _narrow_query_block(q_latent, kv_cache, heads, num_tokens, num_seqs, max_query_len,
+        narrow_q = _narrow_query_block(q_latent, q_rope, kv_cache, heads, num_tokens, num_seqs, max_query_len,
                                        max_blocks * block_size)
         pair = False
         if mla_sm90.declines(q_latent, q_rope, kv_cache) is None:
@@ -659,8 +664,8 @@ def _pair(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_q: int, num_
     return kv_cache.shape[1] < mla_sm90_narrow.TILE_N or block_q == 1 or cdiv(per_seq, block_q) > 1
 
 
-def _narrow_query_block(q_latent: Tensor, kv_cache: Tensor, heads: int, num_tokens: int, num_seqs: int,
-                        max_query_len: int, capacity: int) -> int:
+def _narrow_query_block(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, heads: int, num_tokens: int,
+                        num_seqs: int, max_query_len: int, capacity: int) -> int:
     """Query tokens a narrow-kernel program holds (``mla_sm90_narrow``, ``mla_sm90_fp8``): as
     ``_query_block`` in 32 rows, or in 16 where the comment above ``_SHORT_SPLITS`` says, from
     shapes only (``capacity``: the block table's keys)."""
@@ -672,6 +677,9 @@ def _narrow_query_block(q_latent: Tensor, kv_cache: Tensor, heads: int, num_toke
         return block_q
     if kv_cache.dtype in _FP8:
         return block_16 if SM90_FP8 and mla_sm90_fp8.declines(q_latent, kv_cache, block_16) is None else block_q
+    if kv_cache.shape[1] < mla_sm90_narrow.TILE_N and _pair(q_latent, q_rope, kv_cache, block_q, num_tokens, num_seqs,
+                                                            max_query_len):
+        return block_q  # mla_sm90_pair's 32-row programs (the comment above _SHORT_SPLITS)
     per_seq = max_query_len if max_query_len > 0 else cdiv(num_tokens, max(num_seqs, 1))
     programs = _busy_q_blocks(num_tokens, num_seqs, block_q, max_query_len)
     _, splits, _ = _plan_splits(q_latent.device, programs, 1, capacity, mla_sm90_narrow.TILE_N,
