@@ -54,6 +54,7 @@ from .paged_attention import (
     _load_rows,
     _pad,
     _plan_splits,
+    _tokens_per_seq,
     gdc_launch_dependents,
     pdl_options,
     use_pdl,
@@ -646,7 +647,7 @@ def _query_block(heads: int, num_tokens: int, num_seqs: int, max_query_len: int,
     """Query tokens a program holds: 1 for decode, else the hint or, without one, the mean tokens
     per sequence (a shape: exact for uniform speculative batches), rounded up to a power of two,
     as far as they fit next to ``heads`` heads in ``max_rows`` rows (at least 1)."""
-    per_seq = max_query_len if max_query_len > 0 else cdiv(num_tokens, max(num_seqs, 1))
+    per_seq = _tokens_per_seq(num_tokens, num_seqs, max_query_len)
     if per_seq <= 1:
         return 1
     return max(1, min(next_power_of_2(per_seq), max_rows // next_power_of_2(heads)))
@@ -660,7 +661,7 @@ def _pair(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_q: int, num_
 
     if not SM90_PAIR or mla_sm90_pair.declines(q_latent, q_rope, kv_cache, block_q) is not None:
         return False
-    per_seq = max_query_len if max_query_len > 0 else cdiv(num_tokens, max(num_seqs, 1))
+    per_seq = _tokens_per_seq(num_tokens, num_seqs, max_query_len)
     return kv_cache.shape[1] < mla_sm90_narrow.TILE_N or block_q == 1 or cdiv(per_seq, block_q) > 1
 
 
@@ -680,7 +681,7 @@ def _narrow_query_block(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, head
     if kv_cache.shape[1] < mla_sm90_narrow.TILE_N and _pair(q_latent, q_rope, kv_cache, block_q, num_tokens, num_seqs,
                                                             max_query_len):
         return block_q  # mla_sm90_pair's 32-row programs (the comment above _SHORT_SPLITS)
-    per_seq = max_query_len if max_query_len > 0 else cdiv(num_tokens, max(num_seqs, 1))
+    per_seq = _tokens_per_seq(num_tokens, num_seqs, max_query_len)
     programs = _busy_q_blocks(num_tokens, num_seqs, block_q, max_query_len)
     _, splits, _ = _plan_splits(q_latent.device, programs, 1, capacity, mla_sm90_narrow.TILE_N,
                                 num_tokens * q_latent.shape[1] * (q_latent.shape[2] + 1) * 4, None)

@@ -724,6 +724,12 @@ def _tile_pads(head_size: int, head_size_v: int) -> tuple[int, int]:
     return d_pad, dv_pad
 
 
+def _tokens_per_seq(num_tokens: int, num_seqs: int, max_query_len: int) -> int:
+    """Query tokens a sequence is planned for: the hint ``max_query_len`` (> 0), else the mean,
+    rounded up (a shape: exact for uniform speculative batches)."""
+    return max_query_len if max_query_len > 0 else cdiv(num_tokens, max(num_seqs, 1))
+
+
 def _busy_q_blocks(num_tokens: int, num_seqs: int, block_q: int, max_query_len: int) -> int:
     """Query blocks that hold a token (of ``num_tokens // block_q + num_seqs + 1`` launched), for
     the split-KV plan only (the grid always covers the worst case). A sequence of q tokens fills
@@ -732,8 +738,7 @@ def _busy_q_blocks(num_tokens: int, num_seqs: int, block_q: int, max_query_len: 
     the count of a batch of equal query lengths (exact for uniform speculative batches; a batch of
     unequal lengths then gets more splits than it needs, never fewer slots than programs)."""
     upper = min(num_tokens, (num_tokens + num_seqs * (block_q - 1)) // block_q)
-    per_seq = max_query_len if max_query_len > 0 else cdiv(num_tokens, max(num_seqs, 1))
-    return min(upper, num_seqs * cdiv(per_seq, block_q))
+    return min(upper, num_seqs * cdiv(_tokens_per_seq(num_tokens, num_seqs, max_query_len), block_q))
 
 
 def _plan_splits(
