@@ -83,7 +83,7 @@ try:  # Gluon ships with Triton >= 3.5
     )
 
     from .mla_sm90 import _finite, _load, _rings9, _signal_dependents, _zero_rows
-    from .mla_sm90_narrow import _program, _store
+    from .mla_sm90_narrow import _program, _write
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gluon = None
 
@@ -251,33 +251,17 @@ if gluon is not None:
     def _epilogue(wg: gl.constexpr, o0, o1, o2, o3, m_i, l_i, l_smem, l_bar, out_ptr, lse_ptr, q_start, q_block_start,
                   q_len, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head, HEADS: gl.constexpr,
                   BLOCK_Q: gl.constexpr, HALF: gl.constexpr, HAS_LSE: gl.constexpr, LSE_UNIT: gl.constexpr):
-        """l = l_0 + l_1 (both add in that order), this warpgroup's chunks of O^T / l to ``out``
-        (``mla_sm90_narrow._store``), and (the left one) lse = (m + log2 l) * LSE_UNIT."""
+        """l = l_0 + l_1 (both add in that order), then ``mla_sm90_narrow._write``: this warpgroup's
+        chunks of O^T / l to ``out``, and (the left one) lse = (m + log2 l) * LSE_UNIT."""
         l_smem.index(wg).store(l_i)
         mbarrier.arrive(l_bar.index(0))
         mbarrier.wait(l_bar.index(0), 0)
         l_tot = l_smem.index(0).load(_COL) + l_smem.index(1).load(_COL)
-        has_keys = l_tot != 0.0
-        inv_l = gl.expand_dims(gl.where(has_keys, 1.0 / gl.where(has_keys, l_tot, 1.0), 0.0), 0)
-        st_layout: gl.constexpr = gl.BlockedLayout([4, 1], [16, 2], [1, 4], [0, 1])
-        r_s = gl.arange(0, _ROWS, layout=gl.SliceLayout(0, st_layout))
-        t_s = r_s // HEADS
-        o_cols = gl.expand_dims((q_start + q_block_start + t_s).to(gl.int64) * stride_o_tok
-                                + (r_s % HEADS) * stride_o_head, 0)
-        o_ok = gl.expand_dims((t_s < BLOCK_Q) & (q_block_start + t_s < q_len), 0)
-        out_ptr += wg * HALF * 64  # this warpgroup's first latent column
-        _store(out_ptr, o0, 0, inv_l, o_cols, o_ok, HALF, st_layout)
-        _store(out_ptr, o1, 1, inv_l, o_cols, o_ok, HALF, st_layout)
-        _store(out_ptr, o2, 2, inv_l, o_cols, o_ok, HALF, st_layout)
-        _store(out_ptr, o3, 3, inv_l, o_cols, o_ok, HALF, st_layout)
-        if HAS_LSE:
-            if wg == 0:
-                r_c = gl.arange(0, _ROWS, layout=_COL)
-                t_c = r_c // HEADS
-                row_ok = (t_c < BLOCK_Q) & (q_block_start + t_c < q_len)
-                tok_c = (q_start + q_block_start + t_c).to(gl.int64)
-                lse = gl.where(has_keys, (m_i + gl.log2(gl.where(has_keys, l_tot, 1.0))) * LSE_UNIT, float("-inf"))
-                gl.store(lse_ptr + tok_c * stride_lse_tok + (r_c % HEADS) * stride_lse_head, lse, mask=row_ok)
+        r_c = gl.arange(0, _ROWS, layout=_COL)
+        # this warpgroup's latent columns from wg * L / 2 (HALF chunks; the last four blocks unused)
+        _write(out_ptr + wg * HALF * 64, lse_ptr, o0, o1, o2, o3, o0, o0, o0, o0, m_i, l_tot, 1.0, r_c, r_c // HEADS,
+               q_start, q_block_start, q_len, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head, HEADS,
+               BLOCK_Q, _ROWS, HALF, False, HAS_LSE and wg == 0, LSE_UNIT, 4)
 
     @gluon.jit
     def _tile(key0, kv_end, pos_c, seq_row_ptr, stride_bt_block, num_pages, num_blocks, qs, kv_smem, ready, empty, ph,
