@@ -587,7 +587,7 @@ def launch(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: Tens
            num_splits, lse_unit, lse is not None, float(scale), bool(causal), split_tokens, block_q, pair)
     go = _sm90.kept_launcher(_LAUNCHERS, key, lambda: _launcher(
         q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, so, sl, num_splits, lse_unit,
-        lse is not None, scale, causal, split_tokens, block_q, pdl=False, pair=pair))
+        lse is not None, scale, causal, split_tokens, block_q, pair=pair))
     _go(go, block_q, q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, kv_scale)
 
 
