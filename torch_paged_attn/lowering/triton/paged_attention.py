@@ -7,8 +7,10 @@ token, head block, value-column block).
 Grid of ``_attention_kernel``: axis 0 query block (``T // BLOCK_Q + B + 1`` slots; program ``i``
 belongs to the sequence ``b`` whose slots ``qsl[b] // BLOCK_Q + b ..`` contain it, found by binary
 search; slots past a sequence's tokens exit, the last ones zero the padding rows), axis 1 kv head
-(x head group when Hq/Hkv > 64), axis 2 kv split. The M dimension of each ``tl.dot`` is
-``BLOCK_Q`` tokens x the query heads of one kv head, so every K/V tile is loaded once for them all.
+(x head group when Hq/Hkv > 64), axis 2 kv split; decode swaps axes 0 and 1 (``_DECODE_GRID``:
+the programs resident at once then read neighbouring heads of the same pages). The M dimension
+of each ``tl.dot`` is ``BLOCK_Q`` tokens x the query heads of one kv head, so every K/V tile is
+loaded once for them all.
 Layouts: query/out ``[T, Hq, D]``, caches ``[NB, BS, Hkv, D]`` (any strides, last one 1).
 Block-table lookup, per tile of ``TILE_N`` key positions ``j`` (ids fetched one tile ahead)::
 
@@ -79,6 +81,17 @@ _DECODE_CONFIGS = {
 _FP8_DECODE_CONFIGS = {
     128: (16, 128, 4, 3, 4),
 }
+# Decode's grid order: "queries" (query blocks on axis 0, the fastest) or "heads" (kv heads x
+# head groups on axis 0, where the query blocks fit axis 1: the programs resident at once read
+# the neighbouring heads of the same slots, one contiguous run of the cache row, where "queries"
+# has them read one head of many sequences). H100, 2026-11-26, CUDA-graph replays in one process,
+# the two orders alternated five rounds (benchmarks/results/gpu-2026-11-26h/logs/probe-grid-2.txt),
+# p50 us queries -> heads: MHA B32 x 2048 360.7-361.0 -> 355.2-355.3, fp8 B64 x 4096 207.4-208.1
+# -> 204.5-205.6, B64 x 4096 360.0-360.1 -> 358.5-358.6, B1 x 32768 54.1-54.8 -> 54.8; three
+# rounds (probe-grid.txt): B256 x 1024 365.0-365.1 -> 363.8-364.0, B8 x 8192 Hq64 97.6-97.9 ->
+# 97.6-97.8. The same bits either way (each program's work is unchanged).
+_DECODE_GRID = "heads"
+_MAX_GRID_Y = 65535  # CUDA's limit on grid axes 1 and 2
 _PREFILL_CONFIGS = {
     16: (128, 64, 8, 3, 1),
     32: (128, 64, 8, 3, 1),
@@ -344,14 +357,16 @@ def _attention_kernel(
     DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
     ONE_SPLIT: tl.constexpr,  # at most one split, merged in the program (no workspace)
     USE_PDL: tl.constexpr,  # the combine kernel may launch once the key loop is done (_PDL)
+    HEADS_FASTEST: tl.constexpr,  # grid (kv head x head group, query block, split) (_DECODE_GRID)
 ):
     tl.static_assert(BLOCK_M >= 16 and TILE_N >= 16 and D_PAD >= 16 and DV_PAD >= 16)
     tl.static_assert(BLOCK_Q * HEADS <= BLOCK_M and BLOCK_Q >= 1)
     scale = tl.cast(scale, tl.float32)
     softcap = tl.cast(softcap, tl.float32)
-    pid_q = tl.program_id(0)
-    kv_head = tl.program_id(1) // NUM_HEAD_GROUPS
-    head_group = tl.program_id(1) % NUM_HEAD_GROUPS
+    pid_q = tl.program_id(1) if HEADS_FASTEST else tl.program_id(0)
+    pid_h = tl.program_id(0) if HEADS_FASTEST else tl.program_id(1)
+    kv_head = pid_h // NUM_HEAD_GROUPS
+    head_group = pid_h % NUM_HEAD_GROUPS
     pid_s = tl.program_id(2)
 
     # -- which sequence, which of its query blocks; slots past the last sequence own the padding
@@ -893,6 +908,9 @@ def prepare_paged_attention(
     sq, skc, svc, sbt, so = query.stride(), key_cache.stride(), value_cache.stride(), block_table.stride(), out.stride()
     ssl, sqsl = seq_lens.stride(0), query_start_loc.stride(0)
     grid = (num_q_blocks, num_kv_heads * num_head_groups, num_splits if write_partial else 1)
+    heads_fastest = decode and _DECODE_GRID == "heads" and num_q_blocks <= _MAX_GRID_Y
+    if heads_fastest:
+        grid = (grid[1], grid[0], grid[2])
     po_strides, pl_strides = workspace.po_strides, workspace.pl_strides
     # the stand-ins ``run`` passes for absent tensors (the launcher reads them off their targets)
     stand_ins = {
@@ -935,6 +953,7 @@ def prepare_paged_attention(
         DOT_PRECISION="ieee" if query.dtype == torch.float32 else "tf32",
         DOT_UPCAST=query.dtype == torch.bfloat16 and _interpreted(),
         ONE_SPLIT=split_tokens == _NO_SPLIT and not write_partial, USE_PDL=pdl,
+        HEADS_FASTEST=heads_fastest,
         num_warps=num_warps, num_stages=num_stages,
     )
     combine_grid, blocking = _combine_blocking(num_tokens, num_heads, dv_pad, num_splits, device)

@@ -1,0 +1,36 @@
+# GPU calls of 2026-11-26 (eighth session).
+#   bash run.sh OUT PART...   PART: probe-grid (probe_grid.py: the attention kernel's decode grid,
+#       query blocks fastest against heads fastest) | tune-fp8 (tune.py's attn_fp8 sweep of the
+#       fp8 decode tile) | attn (attention, launcher, compile, plan-cache and merge tests) |
+#       fuzz-attn (the attention fuzz) | prefill (the prefill kernels' tests) | mla (the MLA test files) | bench-attn (paged_attention.py)
+#       | bench-mla (mla_decode.py, overhead.py); the bench parts with FlashAttention-4 and
+#       FlashInfer on PYTHONPATH (the bundles of ../shared/tools/fa4-bundle.sh and
+#       flashinfer-bundle.sh carried over several calls, FA4's install.sh run, the FlashInfer
+#       wheels unzipped to /tmp/site, PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD)
+out=${1:?out dir}; shift
+mkdir -p "$out"
+here=$(dirname "$0")
+export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-$PWD}
+t() {  # t NAME SECONDS PYTEST-ARGS...: a pytest run, its log in $out, its summary on stdout
+    local name=$1 secs=$2; shift 2
+    timeout "$secs" python3 -m pytest -q -rf -p no:cacheprovider "$@" > "$out/pytest-$name.log" 2>&1
+    echo "pytest $name exit $?"; grep -E "^FAILED|^ERROR" "$out/pytest-$name.log" | head -20; tail -1 "$out/pytest-$name.log"
+}
+for part in "$@"; do
+case "$part" in
+probe-grid) timeout 290 python3 "$here/probe_grid.py" > "$out/probe-grid.txt" 2>&1; grep -v "^ *$" "$out/probe-grid.txt" | grep -v Warn | tail -40 ;;
+tune-fp8) timeout 280 python3 benchmarks/tune.py --sweeps attn_fp8 --out "$out" > "$out/tune-fp8.txt" 2>&1; tail -25 "$out/tune-fp8.txt" ;;
+prefill) t prefill 300 -n 10 -m "not fuzz" tests/test_triton_prefill.py ;;
+mla) t mla 300 -n 10 -m "not fuzz" tests/test_triton_mla.py tests/test_mla_module.py ;;
+attn) t attn 420 -n 10 -m "not fuzz" tests/test_triton_paged_attention.py tests/test_fast_launch.py \
+        tests/test_compile_export.py tests/test_plan_cache.py tests/test_triton_merge.py ;;
+fuzz-attn) t fuzz-attn 500 -n 12 -m fuzz tests/test_triton_paged_attention.py ;;
+bench-attn)
+    timeout 540 python3 benchmarks/paged_attention.py --out "$out" 2> "$out/bench-attn-progress.log" | tee "$out/paged_attention.txt" \
+        | grep -E "^[a-z_0-9]+ +torch_paged_attn +graph|flashinfer|flash_attn_4|\[flash\]|\[auto\]|batch-inv|paired" | head -80 ;;
+bench-mla)
+    timeout 330 python3 benchmarks/mla_decode.py --out "$out" 2> "$out/bench-mla-progress.log" | tee "$out/mla_decode.txt" | tail -44
+    timeout 120 python3 benchmarks/overhead.py --out "$out" > "$out/overhead.txt" 2>&1; tail -22 "$out/overhead.txt" ;;
+*) echo "unknown part $part" ;;
+esac
+done
