@@ -236,6 +236,23 @@ def _floor_div(a, c):
 
 
 @triton.jit
+def _position_mask(visible, offs_n, pos, chunk_row, window_left, window_right, chunk_size,
+                   CAUSAL: tl.constexpr, USE_WINDOW: tl.constexpr, USE_CHUNK: tl.constexpr):
+    """``visible`` [len(pos), len(offs_n)] and each position rule that is on: key position
+    ``offs_n[j]`` visible to the row at position ``pos[i]`` (causal, window, the chunk starting at
+    ``chunk_row[i]``). The caller's ``visible`` holds ``offs_n < pos + _NO_LIMIT`` (its shape)."""
+    if CAUSAL:
+        visible = visible & (offs_n[None, :] <= pos[:, None])
+    if USE_WINDOW:
+        visible = visible & (offs_n[None, :] >= pos[:, None] - window_left)
+        visible = visible & (offs_n[None, :] <= pos[:, None] + window_right)
+    if USE_CHUNK:
+        visible = visible & (offs_n[None, :] >= chunk_row[:, None])
+        visible = visible & (offs_n[None, :] < chunk_row[:, None] + chunk_size)
+    return visible
+
+
+@triton.jit
 def _find_sequence(query_start_loc_ptr, stride_qsl, num_seqs, target, BLOCK_Q: tl.constexpr):
     """Largest ``b`` in ``[0, num_seqs]`` with ``qsl[b] // BLOCK_Q + b <= target`` (``num_seqs``: past
     the last sequence); ``BLOCK_Q == 0`` searches ``qsl[b] <= target``, the sequence of a token."""
@@ -437,6 +454,7 @@ def _attention_kernel(
     if USE_WINDOW:
         kv_lo = tl.maximum(kv_lo, p_first - window_left)
         kv_hi = tl.minimum(kv_hi, p_last + window_right + 1)
+    chunk_row = pos  # (read only where USE_CHUNK)
     if USE_CHUNK:
         chunk_first = _floor_div(p_first, chunk_size) * chunk_size
         kv_lo = tl.maximum(kv_lo, chunk_first)
@@ -535,15 +553,8 @@ def _attention_kernel(
             # Position masks only where some row of the block sees part of the tile; rows
             # outside the block's tokens (never stored) see every key and stay finite.
             if (start < full_lo) | (start + TILE_N > full_hi):
-                visible = offs_n[None, :] < pos[:, None] + _NO_LIMIT
-                if CAUSAL:
-                    visible = visible & (offs_n[None, :] <= pos[:, None])
-                if USE_WINDOW:
-                    visible = visible & (offs_n[None, :] >= pos[:, None] - window_left)
-                    visible = visible & (offs_n[None, :] <= pos[:, None] + window_right)
-                if USE_CHUNK:
-                    visible = visible & (offs_n[None, :] >= chunk_row[:, None])
-                    visible = visible & (offs_n[None, :] < chunk_row[:, None] + chunk_size)
+                visible = _position_mask(offs_n[None, :] < pos[:, None] + _NO_LIMIT, offs_n, pos, chunk_row,
+                                         window_left, window_right, chunk_size, CAUSAL, USE_WINDOW, USE_CHUNK)
                 s = tl.where(visible, s, float("-inf"))
         s = tl.where(key_ok[None, :], s, float("-inf"))
 

@@ -33,6 +33,7 @@ from . import paged_attention as pa
 # globals it names, and a module attribute (``pa._dot``) is not one of them
 from .paged_attention import (  # by their own names: Inductor re-emits helpers under __name__
     _NO_LIMIT, _abs_max, _dot, _floor_div, _fp8_to_fp16, _fp16_exponent, _load_block_ids, _load_rows,
+    _position_mask,
 )
 from ._launch import cdiv, next_power_of_2
 from ._softmax import LOG2E, merged_to_output
@@ -198,15 +199,8 @@ def _tile(q, m_i, l_i, acc, start, block, num_blocks, kv_head,
         s = s * LOG2E
     # -- masks: key validity always, positions on edge tiles only --
     if MASKED:
-        visible = key_ok[None, :] & (offs_n[None, :] < pos[:, None] + _NO_LIMIT)
-        if CAUSAL:
-            visible = visible & (offs_n[None, :] <= pos[:, None])
-        if USE_WINDOW:
-            visible = visible & (offs_n[None, :] >= pos[:, None] - window_left)
-            visible = visible & (offs_n[None, :] <= pos[:, None] + window_right)
-        if USE_CHUNK:
-            visible = visible & (offs_n[None, :] >= chunk_row[:, None])
-            visible = visible & (offs_n[None, :] < chunk_row[:, None] + chunk_size)
+        visible = _position_mask(key_ok[None, :] & (offs_n[None, :] < pos[:, None] + _NO_LIMIT), offs_n, pos,
+                                 chunk_row, window_left, window_right, chunk_size, CAUSAL, USE_WINDOW, USE_CHUNK)
         s = tl.where(visible, s, float("-inf"))
 
     # -- online softmax, base 2: p = 2^(s * qk_scale - m), one FMA a score --
