@@ -2,7 +2,9 @@
 #   bash run.sh OUT PART...   PART: probe-grid (probe_grid.py: the attention kernel's decode grid,
 #       query blocks fastest against heads fastest) | tune-fp8 (tune.py's attn_fp8 sweep of the
 #       fp8 decode tile) | attn (attention, launcher, compile, plan-cache and merge tests) |
-#       fuzz-attn (the attention fuzz) | prefill (the prefill kernels' tests) | mla (the MLA test files) | bench-attn (paged_attention.py)
+#       fuzz-attn (the attention fuzz) | prefill (the prefill kernels' tests) | probe-page
+#       (probe_page.py: the wide MLA kernel's page lookups before their waits, against
+#       mla_sm90_before.py) | fuzz-wide (the wide and pair MLA kernels' fuzz) | mla (the MLA test files) | bench-attn (paged_attention.py)
 #       | bench-b1 (paged_attention.py, the B1 x 32768 decode shape alone) | overhead (overhead.py)
 #       | bench-mla (mla_decode.py, overhead.py); the bench parts with FlashAttention-4 and
 #       FlashInfer on PYTHONPATH (the bundles of ../shared/tools/fa4-bundle.sh and
@@ -26,6 +28,8 @@ case "$part" in
 probe-grid) timeout 290 python3 "$here/probe_grid.py" > "$out/probe-grid.txt" 2>&1; grep -v "^ *$" "$out/probe-grid.txt" | grep -v Warn | tail -40 ;;
 tune-fp8) timeout 280 python3 benchmarks/tune.py --sweeps attn_fp8 --out "$out" > "$out/tune-fp8.txt" 2>&1; tail -25 "$out/tune-fp8.txt" ;;
 prefill) t prefill 300 -n 10 -m "not fuzz" tests/test_triton_prefill.py ;;
+probe-page) timeout 250 python3 "$here/probe_page.py" > "$out/probe-page.txt" 2>&1; grep graph "$out/probe-page.txt" ;;
+fuzz-wide) t fuzz-wide 300 -n 12 -m fuzz -k "kernel_fuzz or pair_fuzz" tests/test_triton_mla.py ;;
 mla) t mla 300 -n 10 -m "not fuzz" tests/test_triton_mla.py tests/test_mla_module.py ;;
 attn) t attn 420 -n 10 -m "not fuzz" tests/test_triton_paged_attention.py tests/test_fast_launch.py \
         tests/test_compile_export.py tests/test_plan_cache.py tests/test_triton_merge.py ;;

@@ -52,7 +52,15 @@ one, which stores four chunks; 20 in the left, five), then its stores, then one 
 graph replays, against the kernel before it (results/gpu-2026-11-26e/logs/probe.txt): B1 x 32768
 H128 43.0-43.4 -> 41.7 us (each split program covers eight tiles, four pairs, so its
 prologue weighs), B64 x 4096 H128 152.7-153.5 -> 152.0 (a second round 159.2: the spread of that
-run).
+run). Each tile's page is looked up before the wait that needs it: the producer's (a one-page
+chunk group's row) before the group's ``empty`` wait, and the consumers' at block sizes >= 64 as
+the tile's one block id, loaded before the scores are waited for (``_page_ok``), where each
+warpgroup loaded all 64 keys' ids between the scores and the softmax. H100, graph replays in one
+process against the kernel before it, three rounds, the clocks falling through the run
+(results/gpu-2026-11-26h/logs/probe-page.txt): B64 x 4096 H128 141.0 / 142.9 / 146.6 against
+151.2 / 160.1 / 164.1 us, B8 x 8192 H128 54.3-54.6 against 56.7-57.1, B1 x 32768 H128 38.4-38.6
+against 39.6-39.9; block size 16 (unchanged path) and mla_sm90_pair at block 64 (its producer
+uses ``_load``) within the rounds' spread.
 
 Split-KV (``launch`` with 4-D ``out``): program (token, head group, split) covers keys
 ``[split * split_tokens, +split_tokens)`` (a multiple of the tile; ``mla`` plans multiples of a
@@ -220,14 +228,23 @@ if gluon is not None:
         barrier, phase ``e``), its chunks ``[c0, c0 + n)`` of the 64-key tile from ``key0``: one TMA
         box of ``BOX`` rows x 64 columns a page and chunk, completing on its ``ready`` barrier."""
         stage: gl.constexpr = slot // 3
-        mbarrier.wait(empty.index(slot), e)
-        bar = ready.index(slot)
-        mbarrier.expect(bar, _TILE * 64 * 2 * n)
-        for i in gl.static_range(_TILE // BOX):
-            row = _page_row(key0 + i * BOX, seq_row_ptr, stride_bt_block, num_pages, num_blocks, block_rows,
-                            BLOCK_SIZE)
+        if BOX == _TILE:  # one page: its row looked up before the wait, off the refill's path
+            row = _page_row(key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks, block_rows, BLOCK_SIZE)
+            mbarrier.wait(empty.index(slot), e)
+            bar = ready.index(slot)
+            mbarrier.expect(bar, _TILE * 64 * 2 * n)
             for c in gl.static_range(n):
-                tma_load(kv_desc, [row, (c0 + c) * 64], bar, kv_smem.index(stage * CHUNKS + c0 + c).slice(i * BOX, BOX))
+                tma_load(kv_desc, [row, (c0 + c) * 64], bar, kv_smem.index(stage * CHUNKS + c0 + c))
+        else:
+            mbarrier.wait(empty.index(slot), e)
+            bar = ready.index(slot)
+            mbarrier.expect(bar, _TILE * 64 * 2 * n)
+            for i in gl.static_range(_TILE // BOX):
+                row = _page_row(key0 + i * BOX, seq_row_ptr, stride_bt_block, num_pages, num_blocks, block_rows,
+                                BLOCK_SIZE)
+                for c in gl.static_range(n):
+                    tma_load(kv_desc, [row, (c0 + c) * 64], bar,
+                             kv_smem.index(stage * CHUNKS + c0 + c).slice(i * BOX, BOX))
 
     @gluon.jit
     def _producer(kv_desc, kv_smem, ready, empty, key_lo, n_pairs, seq_row_ptr, stride_bt_block, num_pages,
@@ -268,12 +285,29 @@ if gluon is not None:
         return s
 
     @gluon.jit
-    def _masked(s, key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks, kv_end, BLOCK_SIZE: gl.constexpr):
-        """Scores of keys past ``kv_end`` or on pages with an id outside ``[0, num_blocks)`` to -inf."""
+    def _page_ok(key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks, BLOCK_SIZE: gl.constexpr):
+        """Where a page holds the tile from ``key0`` (block sizes >= 64): whether its id is in ``[0,
+        num_blocks)``, loaded before the tile's scores are waited for (an L2 round trip otherwise
+        between the scores and the softmax); else True (``_masked`` loads each key's)."""
+        if BLOCK_SIZE >= _TILE:
+            page = key0 // BLOCK_SIZE
+            blk = gl.load(seq_row_ptr + page * stride_bt_block, mask=page < num_pages, other=-1)
+            return (blk >= 0) & (blk < num_blocks)
+        else:
+            return True
+
+    @gluon.jit
+    def _masked(s, key0, page_ok, seq_row_ptr, stride_bt_block, num_pages, num_blocks, kv_end,
+                BLOCK_SIZE: gl.constexpr):
+        """Scores of keys past ``kv_end`` or on pages with an id outside ``[0, num_blocks)`` to -inf
+        (``page_ok``: ``_page_ok`` of the tile)."""
         keys = key0 + gl.arange(0, _TILE, layout=gl.SliceLayout(0, _ACC))
-        page = keys // BLOCK_SIZE
-        blk = gl.load(seq_row_ptr + page * stride_bt_block, mask=page < num_pages, other=-1)
-        key_ok = (blk >= 0) & (blk < num_blocks) & (keys < kv_end)
+        if BLOCK_SIZE >= _TILE:
+            key_ok = page_ok & (keys < kv_end)
+        else:
+            page = keys // BLOCK_SIZE
+            blk = gl.load(seq_row_ptr + page * stride_bt_block, mask=page < num_pages, other=-1)
+            key_ok = (blk >= 0) & (blk < num_blocks) & (keys < kv_end)
         return gl.where(gl.expand_dims(key_ok, 0), s, float("-inf"))
 
     @gluon.jit
@@ -386,13 +420,14 @@ if gluon is not None:
             st0 = z
             st1 = z + 1
             key0 = key_lo + 2 * i * _TILE
+            page_ok = _page_ok(key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks, BLOCK_SIZE)
             # S_0 = Q K_0^T: the left chunks (loaded first), the right ones, the rope
             s = gl.zeros([_ROWS, _TILE], gl.float32, _ACC)
             s = _scores(s, qs, kv_smem, ready.index(_A), ph, st0, 0, VCH, CHUNKS, z)
             s = _scores(s, qs, kv_smem, ready.index(_B), ph, st0, VCH, VCH, CHUNKS, z)
             s = _scores(s, qs, kv_smem, ready.index(_R), ph, st0, 2 * VCH, 1, CHUNKS, z)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-            s = _masked(s, key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks, kv_end, BLOCK_SIZE)
+            s = _masked(s, key0, page_ok, seq_row_ptr, stride_bt_block, num_pages, num_blocks, kv_end, BLOCK_SIZE)
             m_new0 = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
             m_smem.index(0).store(m_new0)
             mbarrier.arrive(m0_bar.index(0))
@@ -447,6 +482,7 @@ if gluon is not None:
             st0 = z
             st1 = z + 1
             key1 = key_lo + (2 * i + 1) * _TILE
+            page_ok = _page_ok(key1, seq_row_ptr, stride_bt_block, num_pages, num_blocks, BLOCK_SIZE)
             # S_1 = Q K_1^T: the rope (loaded first), the right chunks, the left ones
             s = gl.zeros([_ROWS, _TILE], gl.float32, _ACC)
             s = _scores(s, qs, kv_smem, ready.index(3 + _R), ph, st1, 2 * VCH, 1, CHUNKS, z)
@@ -454,7 +490,7 @@ if gluon is not None:
             s = _scores(s, qs, kv_smem, ready.index(3 + _A), ph, st1, 0, VCH, CHUNKS, z)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
             mbarrier.arrive(empty.index(3 + _R))
-            s = _masked(s, key1, seq_row_ptr, stride_bt_block, num_pages, num_blocks, kv_end, BLOCK_SIZE)
+            s = _masked(s, key1, page_ok, seq_row_ptr, stride_bt_block, num_pages, num_blocks, kv_end, BLOCK_SIZE)
             mbarrier.wait(m0_bar.index(0), ph)
             m_new0 = m_smem.index(0).load(_ROW)
             m_new1 = gl.maximum(m_new0, gl.max(s, 1) * qk_scale)
