@@ -439,6 +439,90 @@ def check_combine_blockings(device: str, case: Case, monkeypatch, settings: list
     return launched
 
 
+def decode_grid_orders(monkeypatch, case: Case, max_grid_y: int | None = None, **kw) -> list[tuple]:
+    """``case`` on the CPU with the decode grid "queries" and then "heads" (``_DECODE_GRID``; grid
+    axis 1 capped at ``max_grid_y``): the ``(grid, HEADS_FASTEST)`` of each attention launch. The
+    two orders give the same bits, which match the float64 loop."""
+    if max_grid_y is not None:
+        monkeypatch.setattr(tpa, "_MAX_GRID_Y", max_grid_y)
+    launched = []
+
+    def recording(kernel, grid, **constants):
+        if kernel is tpa._attention_kernel:
+            launched.append((grid, constants["HEADS_FASTEST"]))
+        return _launch.launcher(kernel, grid, **constants)
+
+    monkeypatch.setattr(tpa, "launcher", recording)
+    batch, options = make_inputs(case, "cpu", seed=zlib.crc32(case.id.encode()))
+    results = []
+    for order in ("queries", "heads"):
+        monkeypatch.setattr(tpa, "_DECODE_GRID", order)
+        results.append(run_triton(batch, options, split_tokens=case.split_tokens, **kw))
+    (out, lse), (out_h, lse_h) = results
+    assert torch.equal(out_h, out) and torch.equal(lse_h, lse)
+    truth_out, truth_lse = loop.paged_attention(*batch.args(), **options)
+    ref_out, ref_lse = reference.attention(*batch.args(), **options)
+    assert_close(out_h, truth_out, dtype=case.dtype, reference=ref_out, name="out")
+    assert_close(lse_h, truth_lse, dtype=case.dtype, reference=ref_lse, name="lse")
+    return launched
+
+
+@interpreter_tier
+def test_decode_grid_orders_interpreted(monkeypatch) -> None:
+    """Decode with the kv heads on grid axis 0 ("heads") gives the bits of the query blocks there
+    and matches the loop: a padding row and sinks; split-KV through the workspace; two head groups
+    a kv head (Hq/Hkv 80 > 64); batch-invariant mode. Prefill-like calls keep the query blocks on
+    axis 0. A program holds 16 // (Hq/Hkv) tokens (BLOCK_Q), so a batch of B decode tokens and P
+    padding rows has (B + P) // BLOCK_Q + B + 1 query blocks."""
+    for case, grid in ((Case((1, 1, 1), (70, 17, 40), num_heads=4, num_kv_heads=2, sinks=True, pad_tokens=1,
+                             dtype=FP16), (4 // 8 + 3 + 1, 2, 1)),
+                       (Case((1, 1), (40, 33), num_heads=160, num_kv_heads=2, head_size=16), (2 + 2 + 1, 4, 1))):
+        assert decode_grid_orders(monkeypatch, case, max_query_len=1) == [
+            (grid, False), ((grid[1], grid[0], grid[2]), True)], case.id
+    # split-KV through the workspace: the splits stay on axis 2
+    split = Case((1, 1), (300, 9), num_heads=6, num_kv_heads=3, head_size=128, split_tokens=128)
+    (grid, fastest), (grid_h, fastest_h) = decode_grid_orders(monkeypatch, split, max_query_len=1)
+    assert grid[:2] == (2 // 8 + 2 + 1, 3) and grid[2] >= 3 and grid_h == (grid[1], grid[0], grid[2])
+    assert (fastest, fastest_h) == (False, True)
+    with _config.batch_invariant():
+        launched = decode_grid_orders(monkeypatch, Case((1, 1), (50, 20)), max_query_len=1)
+    assert [fastest for _, fastest in launched] == [False, True]
+    prefill = decode_grid_orders(monkeypatch, Case((3, 2), (40, 20)), max_query_len=3)
+    assert [fastest for _, fastest in prefill] == [False, False] and prefill[0][0] == prefill[1][0]
+
+
+@interpreter_tier
+def test_decode_grid_axis_limit_interpreted(monkeypatch) -> None:
+    """"heads" puts the query blocks on grid axis 1: at most _MAX_GRID_Y of them, else the
+    planner keeps them on axis 0 (B3 decode at 2 tokens a program: 3 // 2 + 3 + 1 query blocks)."""
+    case = Case((1, 1, 1), (30, 17, 5), num_heads=16, num_kv_heads=2)
+    assert decode_grid_orders(monkeypatch, case, max_grid_y=5, max_query_len=1) == [
+        ((5, 2, 1), False), ((2, 5, 1), True)]
+    assert decode_grid_orders(monkeypatch, case, max_grid_y=4, max_query_len=1) == [
+        ((5, 2, 1), False), ((5, 2, 1), False)]
+
+
+def test_decode_grid_axis_limit_planned(monkeypatch) -> None:
+    """CUDA's 65535 on grid axis 1, planned on meta tensors: B decode sequences at 8 tokens a
+    program (Hq/Hkv 2) have B // 8 + B + 1 query blocks, 65535 at B = 58253 (the kv heads first)
+    and 65536 at B = 58254 (the query blocks first)."""
+    launched = []
+    monkeypatch.setattr(tpa, "launcher", lambda kernel, grid, **constants: (
+        lambda like, **tensors: launched.append((grid, constants["HEADS_FASTEST"]))
+        if kernel is tpa._attention_kernel else None))
+    meta = dict(device="meta")
+    for b in (58253, 58254):
+        cache = torch.empty(4, 16, 2, 32, dtype=BF16, **meta)
+        tpa.paged_attention(
+            torch.empty(b, 4, 32, dtype=BF16, **meta), cache, cache, torch.empty(b, 1, dtype=torch.int32, **meta),
+            torch.empty(b, dtype=torch.int32, **meta), torch.empty(b + 1, dtype=torch.int32, **meta),
+            torch.empty(b, 4, 32, dtype=BF16, **meta), None, scale=0.1, causal=True, window_left=-1,
+            window_right=-1, softcap=0.0, alibi_slopes=None, sinks=None, k_scale=None, v_scale=None,
+            attention_chunk_size=0, max_query_len=1,
+        )
+    assert launched == [((2, 65535, 1), True), ((65536, 2, 1), False)]
+
+
 @interpreter_tier
 def test_combine_blockings_bitwise_interpreted(monkeypatch) -> None:
     """The combine kernel at the blocking of large batches (4 partials an iteration), with one
