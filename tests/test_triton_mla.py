@@ -1113,12 +1113,17 @@ def test_gluon_mla_pair_fuzz_cuda(family: int, gluon_mla, monkeypatch) -> None:
 
 
 @gpu_tier
+@pytest.mark.parametrize("block_size", [16, 64])
 @pytest.mark.parametrize("heads", [128, 16])
 @pytest.mark.parametrize("sms", ["one_sm", "all_sms"])
-def test_gluon_mla_bad_block_ids_cuda(sms: str, heads: int, gluon_mla, monkeypatch) -> None:
+def test_gluon_mla_bad_block_ids_cuda(sms: str, heads: int, block_size: int, gluon_mla, monkeypatch) -> None:
+    """Ids outside [0, NB) in the used part of the table (-1, NB, 2^31 - 1): those keys are not
+    visible, never read. Block size 64: one page a tile, whose id the wide kernel's producer and
+    consumers look up once (``mla_sm90._load``, ``_page_ok``)."""
     if sms == "one_sm":
         one_sm(monkeypatch)
-    b = make_batch(replace(_BASE, q_lens=(1, 2, 1), kv_lens=(1000, 500, 64), num_heads=heads), "cuda", seed=11)
+    b = make_batch(replace(_BASE, q_lens=(1, 2, 1), kv_lens=(1000, 500, 64), num_heads=heads, block_size=block_size),
+                   "cuda", seed=11)
     nb, bs = b.kv_cache.shape[:2]
     for i, (n, bad) in enumerate(zip((1000, 500, 64), (-1, nb, 2**31 - 1))):
         b.block_table[i, (5 * i) % -(-n // bs)] = bad
