@@ -37,6 +37,7 @@ from ._launch import cdiv, launcher, next_power_of_2, same_as
 from ._softmax import LOG2E, merge_partial, merged_to_output, softmax_step, state_to_partial
 from .paged_attention import (
     _INVARIANT_SPLIT_TOKENS,
+    _MAX_GRID_Y,
     _MERGE_GROUP,
     _NO_LIMIT,
     _NO_SPLIT,
@@ -200,7 +201,6 @@ _MAX_READERS = 3
 # Heads one program holds (the M dimension of the dots is at most 64 rows).
 _MAX_HEADS_PER_PROGRAM = 64
 _MAX_BLOCK_M = 64
-_MAX_GRID_Y = 65535  # CUDA's limit on grid axes 1 and 2
 
 
 def supports(op: str, facts: dict) -> str | None:

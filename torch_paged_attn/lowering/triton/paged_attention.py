@@ -81,6 +81,13 @@ _DECODE_CONFIGS = {
 _FP8_DECODE_CONFIGS = {
     128: (16, 128, 4, 3, 4),
 }
+_PREFILL_CONFIGS = {
+    16: (128, 64, 8, 3, 1),
+    32: (128, 64, 8, 3, 1),
+    64: (128, 64, 8, 3, 1),
+    128: (128, 64, 8, 3, 1),
+    256: (64, 32, 8, 2, 1),
+}
 # Decode's grid order: "queries" (query blocks on axis 0, the fastest) or "heads" (kv heads x
 # head groups on axis 0, where the query blocks fit axis 1: the programs resident at once read
 # the neighbouring heads of the same slots, one contiguous run of the cache row, where "queries"
@@ -91,14 +98,7 @@ _FP8_DECODE_CONFIGS = {
 # rounds (probe-grid.txt): B256 x 1024 365.0-365.1 -> 363.8-364.0, B8 x 8192 Hq64 97.6-97.9 ->
 # 97.6-97.8. The same bits either way (each program's work is unchanged).
 _DECODE_GRID = "heads"
-_MAX_GRID_Y = 65535  # CUDA's limit on grid axes 1 and 2
-_PREFILL_CONFIGS = {
-    16: (128, 64, 8, 3, 1),
-    32: (128, 64, 8, 3, 1),
-    64: (128, 64, 8, 3, 1),
-    128: (128, 64, 8, 3, 1),
-    256: (64, 32, 8, 2, 1),
-}
+_MAX_GRID_Y = 65535  # CUDA's limit on grid axes 1 and 2 (mla and prefill plan by it too)
 # Query heads one program holds; a larger group is spread over several programs (loading K/V
 # once per program), which bounds the accumulator at 64 x 256 floats.
 _MAX_HEADS_PER_PROGRAM = 64

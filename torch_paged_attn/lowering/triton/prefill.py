@@ -32,8 +32,8 @@ from . import paged_attention as pa
 # the @triton.jit helpers by name, not through ``pa``: Inductor copies a kernel's source with the
 # globals it names, and a module attribute (``pa._dot``) is not one of them
 from .paged_attention import (  # by their own names: Inductor re-emits helpers under __name__
-    _NO_LIMIT, _abs_max, _dot, _floor_div, _fp8_to_fp16, _fp16_exponent, _load_block_ids, _load_rows,
-    _position_mask,
+    _MAX_GRID_Y, _NO_LIMIT, _abs_max, _dot, _floor_div, _fp8_to_fp16, _fp16_exponent, _load_block_ids,
+    _load_rows, _position_mask,
 )
 from ._launch import cdiv, next_power_of_2
 from ._softmax import LOG2E, merged_to_output
@@ -64,8 +64,6 @@ _CONFIGS = {
     },
 }
 
-
-_MAX_GRID_Y = 65535  # CUDA's limit on grid axis 1
 
 # Calls ``prefill_sm90`` takes (sm_90, bf16/fp16, head size 64/128, no window/chunk/softcap/ALiBi/
 # sinks/fp8) run that Gluon kernel instead of ``_prefill_kernel`` when this is True. H100,
