@@ -214,10 +214,16 @@ if gluon is not None:
         return gl.where(ok, blk * block_rows + key0 % BLOCK_SIZE, (num_blocks - 1) * block_rows + BLOCK_SIZE)
 
     @gluon.jit
+    def _block_id(keys, seq_row_ptr, stride_bt_block, num_pages, BLOCK_SIZE: gl.constexpr):
+        """The block id of the page holding each of ``keys`` (a key or a vector of them) in the
+        block-table row ``seq_row_ptr``; -1 for a page past the row's ``num_pages``."""
+        page = keys // BLOCK_SIZE
+        return gl.load(seq_row_ptr + page * stride_bt_block, mask=page < num_pages, other=-1)
+
+    @gluon.jit
     def _page_row(key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks, block_rows, BLOCK_SIZE: gl.constexpr):
         """``_block_row`` of key ``key0`` of the sequence whose block-table row is ``seq_row_ptr``."""
-        page = key0 // BLOCK_SIZE
-        blk = gl.load(seq_row_ptr + page * stride_bt_block, mask=page < num_pages, other=-1)
+        blk = _block_id(key0, seq_row_ptr, stride_bt_block, num_pages, BLOCK_SIZE)
         return _block_row(blk, key0, num_blocks, block_rows, BLOCK_SIZE)
 
     @gluon.jit
@@ -230,21 +236,15 @@ if gluon is not None:
         stage: gl.constexpr = slot // 3
         if BOX == _TILE:  # one page: its row looked up before the wait, off the refill's path
             row = _page_row(key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks, block_rows, BLOCK_SIZE)
-            mbarrier.wait(empty.index(slot), e)
-            bar = ready.index(slot)
-            mbarrier.expect(bar, _TILE * 64 * 2 * n)
-            for c in gl.static_range(n):
-                tma_load(kv_desc, [row, (c0 + c) * 64], bar, kv_smem.index(stage * CHUNKS + c0 + c))
-        else:
-            mbarrier.wait(empty.index(slot), e)
-            bar = ready.index(slot)
-            mbarrier.expect(bar, _TILE * 64 * 2 * n)
-            for i in gl.static_range(_TILE // BOX):
+        mbarrier.wait(empty.index(slot), e)
+        bar = ready.index(slot)
+        mbarrier.expect(bar, _TILE * 64 * 2 * n)
+        for i in gl.static_range(_TILE // BOX):
+            if BOX < _TILE:
                 row = _page_row(key0 + i * BOX, seq_row_ptr, stride_bt_block, num_pages, num_blocks, block_rows,
                                 BLOCK_SIZE)
-                for c in gl.static_range(n):
-                    tma_load(kv_desc, [row, (c0 + c) * 64], bar,
-                             kv_smem.index(stage * CHUNKS + c0 + c).slice(i * BOX, BOX))
+            for c in gl.static_range(n):
+                tma_load(kv_desc, [row, (c0 + c) * 64], bar, kv_smem.index(stage * CHUNKS + c0 + c).slice(i * BOX, BOX))
 
     @gluon.jit
     def _producer(kv_desc, kv_smem, ready, empty, key_lo, n_pairs, seq_row_ptr, stride_bt_block, num_pages,
@@ -290,8 +290,7 @@ if gluon is not None:
         num_blocks)``, loaded before the tile's scores are waited for (an L2 round trip otherwise
         between the scores and the softmax); else True (``_masked`` loads each key's)."""
         if BLOCK_SIZE >= _TILE:
-            page = key0 // BLOCK_SIZE
-            blk = gl.load(seq_row_ptr + page * stride_bt_block, mask=page < num_pages, other=-1)
+            blk = _block_id(key0, seq_row_ptr, stride_bt_block, num_pages, BLOCK_SIZE)
             return (blk >= 0) & (blk < num_blocks)
         else:
             return True
@@ -305,8 +304,7 @@ if gluon is not None:
         if BLOCK_SIZE >= _TILE:
             key_ok = page_ok & (keys < kv_end)
         else:
-            page = keys // BLOCK_SIZE
-            blk = gl.load(seq_row_ptr + page * stride_bt_block, mask=page < num_pages, other=-1)
+            blk = _block_id(keys, seq_row_ptr, stride_bt_block, num_pages, BLOCK_SIZE)
             key_ok = (blk >= 0) & (blk < num_blocks) & (keys < kv_end)
         return gl.where(gl.expand_dims(key_ok, 0), s, float("-inf"))
 
