@@ -82,7 +82,7 @@ try:  # Gluon ships with Triton >= 3.5
         fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_wait,
     )
 
-    from .mla_sm90 import _finite, _load, _rings9, _signal_dependents, _zero_rows
+    from .mla_sm90 import _block_id, _finite, _load, _rings9, _signal_dependents, _zero_rows
     from .mla_sm90_narrow import _program, _write
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gluon = None
@@ -185,8 +185,7 @@ if gluon is not None:
         NB)`` and (causal) at or before the row's position (the block ids are loaded here, before the
         tile is waited for: an L2 round trip otherwise between the scores and the softmax)."""
         keys = key0 + gl.arange(0, _TILE, layout=_KEY)
-        page = keys // BLOCK_SIZE
-        blk = gl.load(seq_row_ptr + page * stride_bt_block, mask=page < num_pages, other=-1)
+        blk = _block_id(keys, seq_row_ptr, stride_bt_block, num_pages, BLOCK_SIZE)
         visible = gl.expand_dims((blk >= 0) & (blk < num_blocks) & (keys < kv_end), 1)
         if CAUSAL and BLOCK_Q > 1:
             visible = visible & (gl.expand_dims(keys, 1) <= gl.expand_dims(pos_c, 0))
