@@ -36,7 +36,7 @@ running max ``m`` (the same in both):
 
 - left: ``m_0 = max(m, colmax S_0)``, ``P_0 = exp(S_0 - m_0)`` to shared memory (with ``m_0``),
   ``O_L = O_L s_0 + V_0L^T P_0`` (``s_0 = exp(m - m_0)``);
-- right: its scores ``S_1`` (``SCORES_FIRST``), then once ``P_0`` is there ``O_R = O_R s_0 + V_0R^T
+- right: its scores ``S_1`` (as soon as tile 2i + 1 lands), then once ``P_0`` is there ``O_R = O_R s_0 + V_0R^T
   P_0``, ``m_1 = max(m_0, colmax S_1)``, ``P_1 = exp(S_1 - m_1)`` to shared memory (with ``m_1``),
   ``O_R = O_R s_1 + V_1R^T P_1`` (``s_1 = exp(m_0 - m_1)``);
 - left: ``O_L = O_L s_1 + V_1L^T P_1``.
@@ -94,11 +94,11 @@ REGS_CONSUMER = 224  # each consumer warpgroup's registers a thread (setmaxnreg)
 # the producer warp's registers: at block size 8 (eight boxes a chunk group, each its own page
 # row) it spills (60 stores, sm_90 SASS, Triton 3.6); from 16 up it does not
 REGS_PRODUCER = 24
-# The right warpgroup's scores of tile 2i + 1 as soon as it lands, before its values of tile 2i
-# (which wait for the left one's P_0). H100, graph replays, us, against after them
-# (logs/probe-pair-2.txt, "pair" / "pair0"): 2 tokens H16 B64 x 4096 122.0 / 123.2, B128 216.3 /
-# 219.7, 4 tokens B32 74.7 / 76.0, block 16 121.3 / 123.1.
-SCORES_FIRST = True
+# The right warpgroup computes the scores of tile 2i + 1 as soon as it lands, before its values
+# of tile 2i (which wait for the left one's P_0). H100, graph replays, us, against after them
+# (benchmarks/results/gpu-2026-11-26g/logs/probe-pair-2.txt, "pair" / "pair0", on the tree of
+# f9a5e8a, which had the other order as a switch): 2 tokens H16 B64 x 4096 122.0 / 123.2, B128
+# 216.3 / 219.7, 4 tokens B32 74.7 / 76.0, block 16 121.3 / 123.1.
 
 
 def declines(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_q: int) -> str | None:
@@ -284,13 +284,27 @@ if gluon is not None:
         mbarrier.arrive(p_full.index(t))
 
     @gluon.jit
+    def _take(t: gl.constexpr, ph, m_prev, l_i, o0, o1, o2, o3, p_smem, m_smem, p_full, p_free, kv_smem,
+              chunk0, HALF: gl.constexpr):
+        """The other warpgroup's ``P_t`` and ``m_t`` (once published): this warpgroup's state
+        rescaled from ``m_prev`` to ``m_t`` and ``O^T += V_t^T P_t`` over its ``HALF`` value chunks
+        from ``chunk0``; ``P_t`` freed. Returns ``(m_t, l_i, o0, o1, o2, o3)``."""
+        mbarrier.wait(p_full.index(t), ph)
+        m_t = m_smem.index(t).load(_COL)
+        a = gl.exp2(m_prev - _finite(m_t))
+        l_i = l_i * a
+        o0, o1, o2, o3 = _values(o0, o1, o2, o3, gl.expand_dims(a, 0), p_smem.index(t), kv_smem, chunk0, HALF)
+        mbarrier.arrive(p_free.index(t))
+        return m_t, l_i, o0, o1, o2, o3
+
+    @gluon.jit
     def _consumer(wg: gl.constexpr, q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, qs, kv_smem, p_smem, m_smem, l_smem,
                   ready, empty, q_bar, p_full, p_free, l_bar, scale, q_start, q_block_start, q_len, context, key_lo,
                   kv_end, n_pairs, num_pages, num_blocks, seq_row_ptr, stride_bt_block, stride_ql_tok,
                   stride_ql_head, stride_qr_tok, stride_qr_head, stride_o_tok, stride_o_head, stride_lse_tok,
                   stride_lse_head, HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, LATENT: gl.constexpr,
                   BLOCK_SIZE: gl.constexpr, CAUSAL: gl.constexpr, HAS_LSE: gl.constexpr, LSE_UNIT: gl.constexpr,
-                  USE_PDL: gl.constexpr, SCORES_FIRST: gl.constexpr):
+                  USE_PDL: gl.constexpr):
         """Warpgroup ``wg`` (0: left, 1: right): the scores of tile ``2i + wg`` and value chunks
         ``[wg * L / 128, (wg + 1) * L / 128)`` of both tiles of each pair."""
         CHUNKS: gl.constexpr = LATENT // 64 + 1
@@ -326,33 +340,17 @@ if gluon is not None:
                                          st0 * CHUNKS + base, HALF)
                 mbarrier.arrive(empty.index(_A))
                 # P_1 and m_1 from the right warpgroup
-                mbarrier.wait(p_full.index(1), ph)
-                m1 = m_smem.index(1).load(_COL)
-                a1 = gl.exp2(m0 - _finite(m1))
-                l_i = l_i * a1
-                o0, o1, o2, o3 = _values(o0, o1, o2, o3, gl.expand_dims(a1, 0), p_smem.index(1), kv_smem,
-                                         st1 * CHUNKS + base, HALF)
-                mbarrier.arrive(p_free.index(1))
+                m_i, l_i, o0, o1, o2, o3 = _take(1, ph, m0, l_i, o0, o1, o2, o3, p_smem, m_smem, p_full, p_free,
+                                                 kv_smem, st1 * CHUNKS + base, HALF)
                 mbarrier.arrive(empty.index(3 + _A))
-                m_i = m1
             else:
-                if SCORES_FIRST:  # S_1^T of tile 2i + 1 as soon as it lands
-                    visible, s = _tile(key0 + _TILE, kv_end, pos_c, seq_row_ptr, stride_bt_block, num_pages,
-                                       num_blocks, qs, kv_smem, ready, empty, ph, st1, 1, _B, CHUNKS, z, BLOCK_SIZE,
-                                       CAUSAL, BLOCK_Q)
+                # S_1^T of tile 2i + 1 as soon as it lands
+                visible, s = _tile(key0 + _TILE, kv_end, pos_c, seq_row_ptr, stride_bt_block, num_pages, num_blocks,
+                                   qs, kv_smem, ready, empty, ph, st1, 1, _B, CHUNKS, z, BLOCK_SIZE, CAUSAL, BLOCK_Q)
                 # the values of tile 2i with P_0 (relative to m_0) from the left warpgroup
-                mbarrier.wait(p_full.index(0), ph)
-                m0 = m_smem.index(0).load(_COL)
-                a0 = gl.exp2(m_i - _finite(m0))
-                l_i = l_i * a0
-                o0, o1, o2, o3 = _values(o0, o1, o2, o3, gl.expand_dims(a0, 0), p_smem.index(0), kv_smem,
-                                         st0 * CHUNKS + base, HALF)
-                mbarrier.arrive(p_free.index(0))
+                m0, l_i, o0, o1, o2, o3 = _take(0, ph, m_i, l_i, o0, o1, o2, o3, p_smem, m_smem, p_full, p_free,
+                                                kv_smem, st0 * CHUNKS + base, HALF)
                 mbarrier.arrive(empty.index(_B))
-                if not SCORES_FIRST:
-                    visible, s = _tile(key0 + _TILE, kv_end, pos_c, seq_row_ptr, stride_bt_block, num_pages,
-                                       num_blocks, qs, kv_smem, ready, empty, ph, st1, 1, _B, CHUNKS, z, BLOCK_SIZE,
-                                       CAUSAL, BLOCK_Q)
                 m1, p = _softmax(s, visible, m0, qk_scale)
                 a1 = gl.exp2(m0 - _finite(m1))
                 l_i = l_i * a1 + gl.sum(p, 0)
@@ -385,7 +383,7 @@ if gluon is not None:
         HEADS: gl.constexpr, BLOCK_Q: gl.constexpr,
         LATENT: gl.constexpr, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr,
         CAUSAL: gl.constexpr, HAS_LSE: gl.constexpr, LSE_UNIT: gl.constexpr, USE_PDL: gl.constexpr,
-        CONSUMER_REGS: gl.constexpr, SCORES_FIRST: gl.constexpr,
+        CONSUMER_REGS: gl.constexpr,
     ):
         CHUNKS: gl.constexpr = LATENT // 64 + 1
         dtype: gl.constexpr = q_latent_ptr.dtype.element_ty
@@ -429,14 +427,12 @@ if gluon is not None:
                          empty, q_bar, p_full, p_free, l_bar, scale, q_start, q_block_start, q_len, context, key_lo,
                          kv_end, n_pairs, num_pages, num_blocks, seq_row_ptr, stride_bt_block, stride_ql_tok,
                          stride_ql_head, stride_qr_tok, stride_qr_head, stride_o_tok, stride_o_head, stride_lse_tok,
-                         stride_lse_head, HEADS, BLOCK_Q, LATENT, BLOCK_SIZE, CAUSAL, HAS_LSE, LSE_UNIT, USE_PDL,
-                         SCORES_FIRST)),
+                         stride_lse_head, HEADS, BLOCK_Q, LATENT, BLOCK_SIZE, CAUSAL, HAS_LSE, LSE_UNIT, USE_PDL)),
             (_consumer, (1, q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, qs, kv_smem, p_smem, m_smem, l_smem, ready,
                          empty, q_bar, p_full, p_free, l_bar, scale, q_start, q_block_start, q_len, context, key_lo,
                          kv_end, n_pairs, num_pages, num_blocks, seq_row_ptr, stride_bt_block, stride_ql_tok,
                          stride_ql_head, stride_qr_tok, stride_qr_head, stride_o_tok, stride_o_head, stride_lse_tok,
-                         stride_lse_head, HEADS, BLOCK_Q, LATENT, BLOCK_SIZE, CAUSAL, HAS_LSE, LSE_UNIT, USE_PDL,
-                         SCORES_FIRST)),
+                         stride_lse_head, HEADS, BLOCK_Q, LATENT, BLOCK_SIZE, CAUSAL, HAS_LSE, LSE_UNIT, USE_PDL)),
             (_producer, (kv_desc, kv_smem, ready, empty, key_lo, n_pairs, seq_row_ptr, stride_bt_block, num_pages,
                          num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)),
         ], [4, 1], [CONSUMER_REGS, _REGS_PRODUCER])
@@ -445,4 +441,4 @@ if gluon is not None:
 def constants(num_heads: int, block_q: int, pdl: bool) -> dict:
     """This kernel's own launch constants (``mla_sm90._launcher`` gives the shared ones)."""
     return dict(HEADS=num_heads, BLOCK_Q=block_q, USE_PDL=bool(pdl), CONSUMER_REGS=REGS_CONSUMER,
-                SCORES_FIRST=SCORES_FIRST, num_warps=4)
+                num_warps=4)
