@@ -1,0 +1,52 @@
+# GPU calls of 2026-11-27 (ninth session).
+#   bash run.sh OUT PART...   PART: probe-rescale (probe_rescale.py: the wide MLA kernel's left
+#       warpgroup rescaling its output once a pair against twice) | mla (the MLA test files) |
+#       fuzz-wide (the wide and pair MLA kernels' fuzz) | bench-mla (mla_decode.py, overhead.py;
+#       FlashAttention-4 and FlashInfer on PYTHONPATH: the bundles of ../shared/tools/fa4-bundle.sh
+#       and flashinfer-bundle.sh carried over several calls, FA4's install.sh run, the FlashInfer
+#       wheels unzipped to /tmp/site, PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD)
+#       | ncu-wide VARIANT (Nsight Compute, full set, of one launch of the wide kernel at B64 x 4096
+#       H128 with the probe switch at VARIANT: two, one or one_ovl; details and per-SASS-line samples)
+#       | variant N (mla_sm90_left.py at switch N in the package's place for the parts after it)
+# mla_sm90_left.py is main 2aa1788's mla_sm90 with the probe switch PAGED_ATTN_PROBE_MLA_LEFT
+# (0, 1, 2, 3 = two, one, one_ovl, swap; probe_rescale.py says what each does); at 0 it compiles
+# to main 2aa1788's sm_90 SASS, at 1 to the SASS of the commit that took variant 1 into mla_sm90
+# (B64 x 4096 H128, B1 x 32768 H128, block sizes 16 and 128, Triton 3.6). Each pytest log's first
+# line names the switch it ran with.
+# Calls, in order: probe-rescale (logs/probe-rescale.txt: two, one, one_ovl), mla, fuzz-wide,
+# bench-mla (logs/bench/), ncu-wide two, ncu-wide one, all with the switch at 0 in the package's
+# mla_sm90 (main's SASS); PROBE_VARIANTS=two,one,swap probe-rescale (logs/probe-rescale-2.txt);
+# variant 1 mla (logs/pytest-mla-one.log), variant 1 fuzz-wide (logs/pytest-fuzz-wide-one.log).
+out=${1:?out dir}; shift
+mkdir -p "$out"
+here=$(dirname "$0")
+export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-$PWD}
+t() {  # t NAME SECONDS PYTEST-ARGS...: a pytest run, its log in $out, its summary on stdout
+    local name=$1 secs=$2; shift 2
+    echo "PAGED_ATTN_PROBE_MLA_LEFT=${PAGED_ATTN_PROBE_MLA_LEFT:-0}" > "$out/pytest-$name.log"
+    timeout "$secs" python3 -m pytest -q -rf -p no:cacheprovider "$@" >> "$out/pytest-$name.log" 2>&1
+    echo "pytest $name exit $?"; grep -E "^FAILED|^ERROR" "$out/pytest-$name.log" | head -20; tail -1 "$out/pytest-$name.log"
+}
+while [ $# -gt 0 ]; do
+part=$1; shift
+case "$part" in
+probe-rescale) timeout 330 python3 "$here/probe_rescale.py" > "$out/probe-rescale.txt" 2>&1; grep -E "graph|copy|Error" "$out/probe-rescale.txt" ;;
+mla) t mla 300 -n 12 -m "not fuzz" tests/test_triton_mla.py tests/test_mla_module.py ;;
+fuzz-wide) t fuzz-wide 540 -n 14 -m fuzz -k "kernel_fuzz or pair_fuzz" tests/test_triton_mla.py ;;
+bench-mla)
+    timeout 330 python3 benchmarks/mla_decode.py --out "$out" 2> "$out/bench-mla-progress.log" | tee "$out/mla_decode.txt" | tail -44
+    timeout 120 python3 benchmarks/overhead.py --out "$out" > "$out/overhead.txt" 2>&1; tail -22 "$out/overhead.txt" ;;
+ncu-wide)
+    v=$1; shift
+    PROBE_NCU=1 PROBE_ROUNDS=1 PROBE_SHAPES=B64_ctx4096_H128 PROBE_VARIANTS=$v timeout 280 \
+        ncu --set full --import-source no --kernel-name regex:_mla_sm90_kernel --launch-count 1 -f -o "$out/ncu-wide-$v" \
+        python3 "$here/probe_rescale.py" > "$out/ncu-wide-$v.log" 2>&1
+    ncu -i "$out/ncu-wide-$v.ncu-rep" --print-details all > "$out/ncu-wide-$v-details.txt" 2>&1
+    ncu -i "$out/ncu-wide-$v.ncu-rep" --page source --csv --print-source sass 2>/dev/null | gzip > "$out/ncu-wide-$v-sass.csv.gz"
+    grep -E "Duration|Compute \(SM\) Throughput|DRAM Throughput|L2 Cache Throughput|Warp Cycles Per Issued|Registers Per" "$out/ncu-wide-$v-details.txt" | head -12 ;;
+variant)  # variant N: the package's mla_sm90 replaced by mla_sm90_left.py at switch N for the parts after it
+    cp "$here/mla_sm90_left.py" torch_paged_attn/lowering/triton/mla_sm90.py
+    export PAGED_ATTN_PROBE_MLA_LEFT=$1; shift ;;
+*) echo "unknown part $part" ;;
+esac
+done
