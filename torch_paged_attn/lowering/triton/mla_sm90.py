@@ -15,14 +15,14 @@ L)``. The 64-key tiles go in pairs: the left one computes ``S_0 = Q K_0^T`` of t
 one ``S_1`` of tile 2i + 1 (each N = 64 over all 576 columns, Q from shared memory), and with one
 running max ``m`` shared through shared memory:
 
-- left: ``m_0 = max(m, rowmax S_0)`` published, ``P_0 = exp(S_0 - m_0)``, ``O_L = O_L s_0 + P_0
-  V_0L`` (``s_0 = exp(m - m_0)``, P_0 from registers);
+- left: ``m_0 = max(m, rowmax S_0)`` published;
 - right: ``m_1 = max(m_0, rowmax S_1)`` published, ``P_1 = exp(S_1 - m_1)`` into shared memory,
-  ``O_R = O_R s_0 s_1 + P_1 V_1R`` (``s_1 = exp(m_0 - m_1)``);
-- left: ``P_0 s_1`` into shared memory (tile 2i's rope chunk, which only its scores read), then
-  ``O_L = O_L s_1 + P_1 V_1L``; right: ``O_R += (P_0 s_1) V_0R``.
+  ``O_R = O_R s_0 s_1 + P_1 V_1R`` (``s_0 = exp(m - m_0)``, ``s_1 = exp(m_0 - m_1)``);
+- left, once ``m_1`` is published: ``P_0 = exp(S_0 - m_1)`` into shared memory (tile 2i's rope
+  chunk, which only its scores read), ``O_L = O_L exp(m - m_1) + P_0 V_0L`` (P_0 from registers),
+  then ``O_L += P_1 V_1L``; right: ``O_R += P_0 V_0R``.
 
-Each warpgroup keeps its own partial row sum (the left ``(l s_0 + sum P_0) s_1``, the right ``l
+Each warpgroup keeps its own partial row sum (the left ``l exp(m - m_1) + sum P_0``, the right ``l
 s_0 s_1 + sum P_1``), added at the end. A producer warp issues the TMA copies (one box of
 ``min(BS, 64)`` rows x 64 columns a copy; a block id outside ``[0, NB)`` or a page past the
 sequence reads zeros from past the cache's last row). Tile 2i lives in stage 0 and 2i + 1 in
@@ -60,7 +60,17 @@ process against the kernel before it, three rounds, the clocks falling through t
 (results/gpu-2026-11-26h/logs/probe-page.txt): B64 x 4096 H128 141.0 / 142.9 / 146.6 against
 151.2 / 160.1 / 164.1 us, B8 x 8192 H128 54.3-54.6 against 56.7-57.1, B1 x 32768 H128 38.4-38.6
 against 39.6-39.9; block size 16 (unchanged path) and mla_sm90_pair at block 64 (its producer
-uses ``_load``) within the rounds' spread.
+uses ``_load``) within the rounds' spread. The left warpgroup waits for ``m_1`` before its softmax, so that P_0 is
+relative to the max the right one multiplies it by and O_L is rescaled once a pair (it computed P_0
+against ``m_0``, rescaled O_L by ``s_0`` before ``P_0 V_0L`` and by ``s_1`` after, and stored ``P_0
+s_1``): H100, graph replays in one process, six rounds over two runs against the kernel before it
+(results/gpu-2026-11-27/logs/probe-rescale*.txt): B1 x 32768 H128 37.4-38.1 against 38.4-38.9 us,
+B8 x 8192 H128 53.9-55.3 against 54.0-55.9, block size 16 161.4-171.2 against 163.2-171.7, B64 x 4096
+H128 138.0-148.6 against 140.4-149.0 (the same within the rounds' spread); sm_90 SASS 432 lines
+shorter, without the ten spill stores of the prologue. Issuing ``P_1 V_1L`` behind ``P_0 V_0L``
+without a wait between (B64 x 4096 H128 149.8-155.5) and each warpgroup taking its two value
+products in the other order (the group freed last in a stage then freed by the warpgroup whose next
+scores take it last; 143.1-150.9) measured slower.
 
 Split-KV (``launch`` with 4-D ``out``): program (token, head group, split) covers keys
 ``[split * split_tokens, +split_tokens)`` (a multiple of the tile; ``mla`` plans multiples of a
@@ -429,28 +439,24 @@ if gluon is not None:
             m_new0 = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
             m_smem.index(0).store(m_new0)
             mbarrier.arrive(m0_bar.index(0))
-            m_ref0 = _finite(m_new0)
-            scale0 = gl.exp2(m_i - m_ref0)
-            p = gl.exp2(s * qk_scale - gl.expand_dims(m_ref0, 1))
-            l_i = l_i * scale0 + gl.sum(p, 1)
-            _zero_rows(kv_smem, st0 * CHUNKS, kv_end - key0, CHUNKS - 1, 4)
-            fence_async_shared()
-            a0 = gl.expand_dims(scale0, 1)
-            o0, o1, o2, o3 = o0 * a0, o1 * a0, o2 * a0, o3 * a0
-            o0, o1, o2, o3 = _values(o0, o1, o2, o3, gl.convert_layout(p.to(dtype), _P_OPERAND), kv_smem, st0, 0, VCH,
-                                     CHUNKS)
-            # the right warpgroup's max of tile 2i + 1: P_0 rescaled to it goes to the rope chunk
+            # the right warpgroup's max of tile 2i + 1 (m_1 >= m_0): P_0 relative to it, which is what
+            # the right one multiplies too, and O_L rescaled once a pair
             mbarrier.wait(m1_bar.index(0), ph)
             m_new1 = m_smem.index(1).load(_ROW)
-            scale1 = gl.exp2(m_new0 - _finite(m_new1))
-            a1 = gl.expand_dims(scale1, 1)
-            kv_smem.index(st0 * CHUNKS + 2 * VCH).store((p * a1).to(dtype))
+            m_ref1 = _finite(m_new1)
+            a = gl.exp2(m_i - m_ref1)
+            p = gl.exp2(s * qk_scale - gl.expand_dims(m_ref1, 1))
+            l_i = l_i * a + gl.sum(p, 1)
+            pt = p.to(dtype)
+            kv_smem.index(st0 * CHUNKS + 2 * VCH).store(pt)  # P_0 for the right warpgroup, in tile 2i's rope chunk
+            _zero_rows(kv_smem, st0 * CHUNKS, kv_end - key0, CHUNKS - 1, 4)
             fence_async_shared()
             mbarrier.arrive(p0_full.index(0))
-            l_i = l_i * scale1
+            a0 = gl.expand_dims(a, 1)
+            o0, o1, o2, o3 = o0 * a0, o1 * a0, o2 * a0, o3 * a0
+            o0, o1, o2, o3 = _values(o0, o1, o2, o3, gl.convert_layout(pt, _P_OPERAND), kv_smem, st0, 0, VCH, CHUNKS)
             o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
             mbarrier.arrive(empty.index(_A))
-            o0, o1, o2, o3 = o0 * a1, o1 * a1, o2 * a1, o3 * a1
             # O_L += P_1 V_1L, P_1 from the right warpgroup
             mbarrier.wait(p1_full.index(0), ph)
             o0, o1, o2, o3 = _values(o0, o1, o2, o3, p1_smem, kv_smem, st1, 0, VCH, CHUNKS)
