@@ -146,7 +146,8 @@ def gluon_mla_declines(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, fp8: 
 
 
 if gluon is not None:
-    # the probe switch: 0 two rescales a pair (main 2aa1788), 1 one, 2 one with P_1 V_1L overlapped
+    # the probe switch: 0 two rescales a pair (main 2aa1788), 1 one, 2 one with P_1 V_1L overlapped,
+    # 3 one with the value products swapped, 4 one with the producer's loads in the order 1 frees them
     _LEFT = gl.constexpr(int(os.environ.get("PAGED_ATTN_PROBE_MLA_LEFT", "0")))
     _TILE = gl.constexpr(TILE_N)
     _ROWS = gl.constexpr(HEADS)
@@ -264,7 +265,20 @@ if gluon is not None:
             e = (i & 1) ^ 1
             k0 = key_lo + 2 * i * _TILE
             k1 = k0 + _TILE
-            if _LEFT == 3:  # stage 1's rope, its left chunks, stage 0's right chunks and rope, its left chunks, stage 1's right ones
+            if _LEFT == 4:  # as 1 frees them: stage 1's rope, its right chunks, stage 0's left chunks, its right chunks and rope, stage 1's left ones
+                _load(kv_desc, kv_smem, ready, empty, 3 + _R, e, 2 * VCH, 1, k1, seq_row_ptr, stride_bt_block,
+                      num_pages, num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
+                _load(kv_desc, kv_smem, ready, empty, 3 + _B, e, VCH, VCH, k1, seq_row_ptr, stride_bt_block,
+                      num_pages, num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
+                _load(kv_desc, kv_smem, ready, empty, _A, e, 0, VCH, k0, seq_row_ptr, stride_bt_block, num_pages,
+                      num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
+                _load(kv_desc, kv_smem, ready, empty, _B, e, VCH, VCH, k0, seq_row_ptr, stride_bt_block, num_pages,
+                      num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
+                _load(kv_desc, kv_smem, ready, empty, _R, e, 2 * VCH, 1, k0, seq_row_ptr, stride_bt_block, num_pages,
+                      num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
+                _load(kv_desc, kv_smem, ready, empty, 3 + _A, e, 0, VCH, k1, seq_row_ptr, stride_bt_block, num_pages,
+                      num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
+            elif _LEFT == 3:  # stage 1's rope, its left chunks, stage 0's right chunks and rope, its left chunks, stage 1's right ones
                 _load(kv_desc, kv_smem, ready, empty, 3 + _R, e, 2 * VCH, 1, k1, seq_row_ptr, stride_bt_block,
                       num_pages, num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
                 _load(kv_desc, kv_smem, ready, empty, 3 + _A, e, 0, VCH, k1, seq_row_ptr, stride_bt_block, num_pages,

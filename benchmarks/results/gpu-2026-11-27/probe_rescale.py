@@ -10,7 +10,9 @@
   V_1L first, the right one's P_0 V_0R first), so that the chunk group of a stage freed last is
   freed by the warpgroup whose next scores take it last (the left one's scores take stage 0's right
   chunks, rope, then left chunks; the right one's stage 1's rope, left chunks, then right chunks),
-  the producer loading in the new order of the frees.
+  the producer loading in the new order of the frees;
+- 4, "one_prod": 1 with the producer loading stage 1's right chunks before stage 0's left ones
+  (the order 1 frees them in: its left warpgroup's P_0 V_0L waits for the right one's max).
 
 One process, CUDA-graph replays (p50 us; benchmarks/_harness.py), the variants alternated for
 PROBE_ROUNDS rounds, each output checked against a float32 gather-einsum.
@@ -52,7 +54,8 @@ def main():
     device = torch.device("cuda")
     path = os.path.join(HERE, "mla_sm90_left.py")  # main 2aa1788's mla_sm90 with the probe switch
     variants = {"two": _load("mla_sm90_two", path, "0"), "one": _load("mla_sm90_one", path, "1"),
-                "one_ovl": _load("mla_sm90_one_ovl", path, "2"), "swap": _load("mla_sm90_swap", path, "3")}
+                "one_ovl": _load("mla_sm90_one_ovl", path, "2"), "swap": _load("mla_sm90_swap", path, "3"),
+                "one_prod": _load("mla_sm90_one_prod", path, "4")}
     picked = os.environ.get("PROBE_VARIANTS")
     variants = {k: v for k, v in variants.items() if not picked or k in picked.split(",")}
     copy_gbps, _ = H.copy_bandwidth(device)

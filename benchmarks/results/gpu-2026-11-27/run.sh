@@ -9,14 +9,17 @@
 #       H128 with the probe switch at VARIANT: two, one or one_ovl; details and per-SASS-line samples)
 #       | variant N (mla_sm90_left.py at switch N in the package's place for the parts after it)
 # mla_sm90_left.py is main 2aa1788's mla_sm90 with the probe switch PAGED_ATTN_PROBE_MLA_LEFT
-# (0, 1, 2, 3 = two, one, one_ovl, swap; probe_rescale.py says what each does); at 0 it compiles
+# (0, 1, 2, 3, 4 = two, one, one_ovl, swap, one_prod; probe_rescale.py says what each does); at 0 it compiles
 # to main 2aa1788's sm_90 SASS, at 1 to the SASS of the commit that took variant 1 into mla_sm90
 # (B64 x 4096 H128, B1 x 32768 H128, block sizes 16 and 128, Triton 3.6). Each pytest log's first
 # line names the switch it ran with.
 # Calls, in order: probe-rescale (logs/probe-rescale.txt: two, one, one_ovl), mla, fuzz-wide,
 # bench-mla (logs/bench/), ncu-wide two, ncu-wide one, all with the switch at 0 in the package's
 # mla_sm90 (main's SASS); PROBE_VARIANTS=two,one,swap probe-rescale (logs/probe-rescale-2.txt);
-# variant 1 mla (logs/pytest-mla-one.log), variant 1 fuzz-wide (logs/pytest-fuzz-wide-one.log).
+# variant 1 mla (logs/pytest-mla-one.log), variant 1 fuzz-wide (logs/pytest-fuzz-wide-one.log);
+# then on 0aac713 (variant 1 in mla_sm90): mla (logs/pytest-mla-final.log), bench-mla
+# (its output is benchmarks/results/{mla_decode,overhead}-NVIDIA-H100-80GB-HBM3-2026-11-27.*, its
+# progress log logs/bench-final/); PROBE_VARIANTS=two,one,one_prod probe-rescale (logs/probe-rescale-3.txt).
 out=${1:?out dir}; shift
 mkdir -p "$out"
 here=$(dirname "$0")

@@ -60,17 +60,23 @@ process against the kernel before it, three rounds, the clocks falling through t
 (results/gpu-2026-11-26h/logs/probe-page.txt): B64 x 4096 H128 141.0 / 142.9 / 146.6 against
 151.2 / 160.1 / 164.1 us, B8 x 8192 H128 54.3-54.6 against 56.7-57.1, B1 x 32768 H128 38.4-38.6
 against 39.6-39.9; block size 16 (unchanged path) and mla_sm90_pair at block 64 (its producer
-uses ``_load``) within the rounds' spread. The left warpgroup waits for ``m_1`` before its softmax, so that P_0 is
-relative to the max the right one multiplies it by and O_L is rescaled once a pair (it computed P_0
-against ``m_0``, rescaled O_L by ``s_0`` before ``P_0 V_0L`` and by ``s_1`` after, and stored ``P_0
-s_1``): H100, graph replays in one process, six rounds over two runs against the kernel before it
+uses ``_load``) within the rounds' spread.
+
+The left warpgroup waits for ``m_1`` before its softmax, so that P_0 is relative to the max the
+right one multiplies it by and O_L is rescaled once a pair (it computed P_0 against ``m_0``,
+rescaled O_L by ``s_0`` before ``P_0 V_0L`` and by ``s_1`` after, and stored ``P_0 s_1``): H100,
+graph replays in one process, six rounds over two runs against the kernel before it
 (results/gpu-2026-11-27/logs/probe-rescale*.txt): B1 x 32768 H128 37.4-38.1 against 38.4-38.9 us,
-B8 x 8192 H128 53.9-55.3 against 54.0-55.9, block size 16 161.4-171.2 against 163.2-171.7, B64 x 4096
-H128 138.0-148.6 against 140.4-149.0 (the same within the rounds' spread); sm_90 SASS 432 lines
-shorter, without the ten spill stores of the prologue. Issuing ``P_1 V_1L`` behind ``P_0 V_0L``
-without a wait between (B64 x 4096 H128 149.8-155.5) and each warpgroup taking its two value
+B8 x 8192 H128 53.9-55.3 against 54.0-55.9, block size 16 161.4-171.2 against 163.2-171.7, B64 x
+4096 H128 138.0-148.6 against 140.4-149.0 (the same within the rounds' spread); sm_90 SASS 432
+lines shorter, without the ten spill stores of the prologue. Issuing ``P_1 V_1L`` behind ``P_0
+V_0L`` without a wait between (B64 x 4096 H128 149.8-155.5) and each warpgroup taking its two value
 products in the other order (the group freed last in a stage then freed by the warpgroup whose next
-scores take it last; 143.1-150.9) measured slower.
+scores take it last; 143.1-150.9) measured slower; the producer loading stage 1's right chunks
+before stage 0's left ones (the order this schedule tends to free them in) no faster (144.0-146.3
+against 139.3-152.8, probe-rescale-3.txt). Nsight Compute of this kernel (logs/ncu-wide-one-*): the
+tensor pipe active 61 % of the cycles; the right warpgroup waits for tile data 17 % of its samples
+(13 % for stage 1's right chunks), the left one 7 %.
 
 Split-KV (``launch`` with 4-D ``out``): program (token, head group, split) covers keys
 ``[split * split_tokens, +split_tokens)`` (a multiple of the tile; ``mla`` plans multiples of a
