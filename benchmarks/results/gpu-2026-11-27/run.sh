@@ -1,13 +1,14 @@
 # GPU calls of 2026-11-27 (ninth session).
 #   bash run.sh OUT PART...   PART: probe-rescale (probe_rescale.py: the wide MLA kernel's left
 #       warpgroup rescaling its output once a pair against twice) | mla (the MLA test files) |
-#       fuzz-wide (the wide and pair MLA kernels' fuzz) | bench-mla (mla_decode.py, overhead.py;
+#       fuzz-wide (the wide and pair MLA kernels' fuzz) | fuzz-fp8 (the fp8 narrow kernels' fuzz) | bench-mla (mla_decode.py, overhead.py;
 #       FlashAttention-4 and FlashInfer on PYTHONPATH: the bundles of ../shared/tools/fa4-bundle.sh
 #       and flashinfer-bundle.sh carried over several calls, FA4's install.sh run, the FlashInfer
 #       wheels unzipped to /tmp/site, PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD)
 #       | ncu-wide VARIANT (Nsight Compute, full set, of one launch of the wide kernel at B64 x 4096
 #       H128 with the probe switch at VARIANT: two, one or one_ovl; details and per-SASS-line samples)
-#       | variant N (mla_sm90_left.py at switch N in the package's place for the parts after it)
+#       | probe-fp8 (probe_fp8.py: the fp8 MLA kernel's producer looking its page up before its
+#       wait, against mla_sm90_fp8_before.py) | variant N (mla_sm90_left.py at switch N in the package's place for the parts after it)
 # mla_sm90_left.py is main 2aa1788's mla_sm90 with the probe switch PAGED_ATTN_PROBE_MLA_LEFT
 # (0, 1, 2, 3, 4 = two, one, one_ovl, swap, one_prod; probe_rescale.py says what each does); at 0 it compiles
 # to main 2aa1788's sm_90 SASS, at 1 to the SASS of the commit that took variant 1 into mla_sm90
@@ -19,7 +20,9 @@
 # variant 1 mla (logs/pytest-mla-one.log), variant 1 fuzz-wide (logs/pytest-fuzz-wide-one.log);
 # then on 0aac713 (variant 1 in mla_sm90): mla (logs/pytest-mla-final.log), bench-mla
 # (its output is benchmarks/results/{mla_decode,overhead}-NVIDIA-H100-80GB-HBM3-2026-11-27.*, its
-# progress log logs/bench-final/); PROBE_VARIANTS=two,one,one_prod probe-rescale (logs/probe-rescale-3.txt).
+# progress log logs/bench-final/); PROBE_VARIANTS=two,one,one_prod probe-rescale (logs/probe-rescale-3.txt);
+# then on 5070d8c with the fp8 producer's lookup before its wait (the next commit's kernels):
+# probe-fp8 mla fuzz-fp8 (logs/probe-fp8.txt, pytest-mla-fp8.log, pytest-fuzz-fp8.log).
 out=${1:?out dir}; shift
 mkdir -p "$out"
 here=$(dirname "$0")
@@ -34,7 +37,9 @@ while [ $# -gt 0 ]; do
 part=$1; shift
 case "$part" in
 probe-rescale) timeout 330 python3 "$here/probe_rescale.py" > "$out/probe-rescale.txt" 2>&1; grep -E "graph|copy|Error" "$out/probe-rescale.txt" ;;
+probe-fp8) timeout 300 python3 "$here/probe_fp8.py" > "$out/probe-fp8.txt" 2>&1; grep -E "graph|copy|Error" "$out/probe-fp8.txt" ;;
 mla) t mla 300 -n 12 -m "not fuzz" tests/test_triton_mla.py tests/test_mla_module.py ;;
+fuzz-fp8) t fuzz-fp8 300 -n 14 -m fuzz -k "narrow_fp8_fuzz" tests/test_triton_mla.py ;;
 fuzz-wide) t fuzz-wide 540 -n 14 -m fuzz -k "kernel_fuzz or pair_fuzz" tests/test_triton_mla.py ;;
 bench-mla)
     timeout 330 python3 benchmarks/mla_decode.py --out "$out" 2> "$out/bench-mla-progress.log" | tee "$out/mla_decode.txt" | tail -44

@@ -64,7 +64,12 @@ B64 x 4096 H16 against the narrow kernel's 119.0 (commit 86e8123, logs/probe-mtp
 Loads: the producer warp issues one TMA box of ``min(BS, 64)`` rows x 64 columns a page and chunk
 (``mla_sm90_narrow._issue``: a block id outside ``[0, NB)`` or a page past the sequence points past
 the last row, where TMA reads zeros; those keys' scores are masked), waiting for the stage's
-``empty`` barrier. Value rows past the sequence's end are zeroed in the conversion.
+``empty`` barrier; where a page holds the tile (block sizes >= 64) its block id is loaded before
+that wait, off the path from the stage's release to its refill (it was loaded after: H100, graph
+replays, three rounds against the kernel before in one process, results/gpu-2026-11-27/logs/
+probe-fp8.txt: fp8 B128 x 4096 H16 115.3-115.9 -> 112.1-112.3 us, about 88 -> 90 % of copy; 2
+tokens B64 x 4096, B1 x 32768 and block size 16 within the rounds' spread). Value rows past the
+sequence's end are zeroed in the conversion.
 
 Grid: ``mla_sm90_narrow``'s (query blocks, 1, splits), split-KV through the combine kernel the
 same way (each program's normalised partial and log2 LSE; the cache's scale applied there).
@@ -90,9 +95,9 @@ try:  # Gluon ships with Triton >= 3.5
     )
 
     from ._sm90 import thread_barrier
-    from .mla_sm90 import _finite, _rings8, _rings9, _signal_dependents
+    from .mla_sm90 import _block_id, _finite, _rings8, _rings9, _signal_dependents
     from .mla_sm90_narrow import (
-        _convert, _empty_state, _issue, _program, _query_chunks, _query_unit, _softmax_scaled, _values, _write,
+        _convert, _empty_state, _program, _query_chunks, _query_unit, _refill, _softmax_scaled, _values, _write,
     )
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gluon = None
@@ -120,12 +125,19 @@ if gluon is not None:
     @gluon.jit
     def _producer(kv_desc, kvs, ready, empty, key_lo, n_tiles, seq_row_ptr, stride_bt_block, num_pages,
                   num_blocks, block_rows, CHUNKS: gl.constexpr, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr):
-        """One warp: tile j into stage ``j % 2`` once its warpgroup has converted tile ``j - 2``."""
+        """One warp: tile j into stage ``j % 2`` once its warpgroup has converted tile ``j - 2``; where
+        a page holds the tile (``BOX`` 64), its block id loaded before that wait, off the refill's
+        path."""
         for j in range(n_tiles):
             st = j % 2
+            key0 = key_lo + j * _TILE
+            if BOX == _TILE:
+                blk = _block_id(key0, seq_row_ptr, stride_bt_block, num_pages, BLOCK_SIZE)
+            else:  # (_refill looks each page up itself)
+                blk = 0
             mbarrier.wait(empty.index(st), ((j // 2) & 1) ^ 1)
-            _issue(kv_desc, kvs, ready, st, key_lo + j * _TILE, seq_row_ptr, stride_bt_block, num_pages,
-                   num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
+            _refill(kv_desc, kvs, ready, st, key0, blk, seq_row_ptr, stride_bt_block, num_pages, num_blocks,
+                    block_rows, CHUNKS, BLOCK_SIZE, BOX)
 
     @gluon.jit
     def _consumer(wg: gl.constexpr, q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, kv_scale_ptr, kvs, cv_own,
