@@ -22,7 +22,10 @@
 # (its output is benchmarks/results/{mla_decode,overhead}-NVIDIA-H100-80GB-HBM3-2026-11-27.*, its
 # progress log logs/bench-final/); PROBE_VARIANTS=two,one,one_prod probe-rescale (logs/probe-rescale-3.txt);
 # then on 5070d8c with the fp8 producer's lookup before its wait (the next commit's kernels):
-# probe-fp8 mla fuzz-fp8 (logs/probe-fp8.txt, pytest-mla-fp8.log, pytest-fuzz-fp8.log).
+# probe-fp8 mla fuzz-fp8 (logs/probe-fp8.txt, pytest-mla-fp8.log, pytest-fuzz-fp8.log);
+# then (same tree) ncu-wide one_prod (logs/ncu-wide-one_prod-*), PROBE_SHAPES=B64_ctx4096_H128,
+# B8_ctx8192_H128 PROBE_VARIANTS=one,one_prod PROBE_ROUNDS=6 probe-rescale (logs/probe-rescale-4.txt),
+# variant 4 mla (logs/pytest-mla-one-prod.log), variant 4 fuzz-wide (logs/pytest-fuzz-wide-one-prod.log).
 out=${1:?out dir}; shift
 mkdir -p "$out"
 here=$(dirname "$0")

@@ -28,8 +28,8 @@ s_0 s_1 + sum P_1``), added at the end. A producer warp issues the TMA copies (o
 sequence reads zeros from past the cache's last row). Tile 2i lives in stage 0 and 2i + 1 in
 stage 1; each stage has three chunk groups (left value chunks, right value chunks, rope) with a
 ready and an empty barrier each, and a group is refilled for the next pair as soon as its last
-reader is done with it, in that order: stage 1's rope (after the right's scores), stage 0's left
-chunks (after ``P_0 V_0L``), stage 1's right chunks (after ``P_1 V_1R``), stage 0's right chunks
+reader is done with it, in that order: stage 1's rope (after the right's scores), stage 1's right
+chunks (after ``P_1 V_1R``), stage 0's left chunks (after ``P_0 V_0L``), stage 0's right chunks
 and rope (after ``P_0 V_0R``), stage 1's left chunks (after ``P_1 V_1L``); each warpgroup's scores
 take its tile's chunks in the order they arrive. A pair's odd tile past the last key (an odd
 number of tiles) is masked out like any key past the end.
@@ -72,11 +72,16 @@ B8 x 8192 H128 53.9-55.3 against 54.0-55.9, block size 16 161.4-171.2 against 16
 lines shorter, without the ten spill stores of the prologue. Issuing ``P_1 V_1L`` behind ``P_0
 V_0L`` without a wait between (B64 x 4096 H128 149.8-155.5) and each warpgroup taking its two value
 products in the other order (the group freed last in a stage then freed by the warpgroup whose next
-scores take it last; 143.1-150.9) measured slower; the producer loading stage 1's right chunks
-before stage 0's left ones (the order this schedule tends to free them in) no faster (144.0-146.3
-against 139.3-152.8, probe-rescale-3.txt). Nsight Compute of this kernel (logs/ncu-wide-one-*): the
-tensor pipe active 61 % of the cycles; the right warpgroup waits for tile data 17 % of its samples
-(13 % for stage 1's right chunks), the left one 7 %.
+scores take it last; 143.1-150.9) measured slower. The producer loads stage 1's right chunks before
+stage 0's left ones: the left warpgroup's ``P_0 V_0L`` now waits for the right one's max, so the
+right one frees its chunks first, and in the old order the producer sat at the left chunks' wait
+while the right's next scores waited for theirs. H100, graph replays, six rounds in one process
+(logs/probe-rescale-4.txt): B64 x 4096 H128 137.3-146.1 against 140.0-151.5 us, faster in each
+round (in probe-rescale-3.txt's three rounds 144.0-146.3 against 139.3-152.8), B8 x 8192 H128
+53.9-54.9 against 54.0-54.7; Nsight Compute, one launch at its locked clocks: 158.3 us against
+164.8 (logs/ncu-wide-one_prod-*, ncu-wide-one-*), the tensor pipe active 63.6 % of the cycles
+against 61.1; the right warpgroup waits for tile data 19.5 % of its samples (13.6 % for stage 1's
+left chunks, freed last, by the left's ``P_1 V_1L``), the left one 5.6 %.
 
 Split-KV (``launch`` with 4-D ``out``): program (token, head group, split) covers keys
 ``[split * split_tokens, +split_tokens)`` (a multiple of the tile; ``mla`` plans multiples of a
@@ -267,10 +272,10 @@ if gluon is not None:
                   num_blocks, block_rows, CHUNKS: gl.constexpr, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr):
         """One warp: the two tiles of each pair (tile 2i in stage 0, 2i + 1 in stage 1), each chunk
         group loaded as soon as the consumers free it, in the order they free them: tile 2i + 1's
-        rope (after the right warpgroup's scores), tile 2i's left chunks (after the left one's own
-        values), tile 2i + 1's right chunks (the right one's own values), tile 2i's right chunks and
-        rope (the right one's values of tile 2i, with P_0 in that rope chunk), tile 2i + 1's left
-        chunks (the left one's values of tile 2i + 1)."""
+        rope (after the right warpgroup's scores), tile 2i + 1's right chunks (the right one's own
+        values), tile 2i's left chunks (the left one's own values, which wait for the right one's
+        max), tile 2i's right chunks and rope (the right one's values of tile 2i, with P_0 in that
+        rope chunk), tile 2i + 1's left chunks (the left one's values of tile 2i + 1)."""
         VCH: gl.constexpr = (CHUNKS - 1) // 2
         for i in range(n_pairs):
             e = (i & 1) ^ 1
@@ -278,9 +283,9 @@ if gluon is not None:
             k1 = k0 + _TILE
             _load(kv_desc, kv_smem, ready, empty, 3 + _R, e, 2 * VCH, 1, k1, seq_row_ptr, stride_bt_block,
                   num_pages, num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
-            _load(kv_desc, kv_smem, ready, empty, _A, e, 0, VCH, k0, seq_row_ptr, stride_bt_block, num_pages,
-                  num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
             _load(kv_desc, kv_smem, ready, empty, 3 + _B, e, VCH, VCH, k1, seq_row_ptr, stride_bt_block, num_pages,
+                  num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
+            _load(kv_desc, kv_smem, ready, empty, _A, e, 0, VCH, k0, seq_row_ptr, stride_bt_block, num_pages,
                   num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
             _load(kv_desc, kv_smem, ready, empty, _B, e, VCH, VCH, k0, seq_row_ptr, stride_bt_block, num_pages,
                   num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
