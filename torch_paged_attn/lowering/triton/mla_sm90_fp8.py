@@ -97,7 +97,8 @@ try:  # Gluon ships with Triton >= 3.5
     from ._sm90 import thread_barrier
     from .mla_sm90 import _block_id, _finite, _rings8, _rings9, _signal_dependents
     from .mla_sm90_narrow import (
-        _convert, _empty_state, _program, _query_chunks, _query_unit, _refill, _softmax_scaled, _values, _write,
+        _convert, _empty_state, _program, _query_chunks, _query_unit, _refill, _softmax_scaled, _tile_block, _values,
+        _write,
     )
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gluon = None
@@ -131,10 +132,7 @@ if gluon is not None:
         for j in range(n_tiles):
             st = j % 2
             key0 = key_lo + j * _TILE
-            if BOX == _TILE:
-                blk = _block_id(key0, seq_row_ptr, stride_bt_block, num_pages, BLOCK_SIZE)
-            else:  # (_refill looks each page up itself)
-                blk = 0
+            blk = _tile_block(key0, seq_row_ptr, stride_bt_block, num_pages, BLOCK_SIZE, BOX)
             mbarrier.wait(empty.index(st), ((j // 2) & 1) ^ 1)
             _refill(kv_desc, kvs, ready, st, key0, blk, seq_row_ptr, stride_bt_block, num_pages, num_blocks,
                     block_rows, CHUNKS, BLOCK_SIZE, BOX)
@@ -188,8 +186,7 @@ if gluon is not None:
             st = z + wg
             key0 = key_lo + (2 * i + wg) * _TILE
             keys = key0 + gl.arange(0, _TILE, layout=_KEY)
-            page = keys // BLOCK_SIZE
-            blk = gl.load(seq_row_ptr + page * stride_bt_block, mask=page < num_pages, other=-1)
+            blk = _block_id(keys, seq_row_ptr, stride_bt_block, num_pages, BLOCK_SIZE)
             mbarrier.wait(ready.index(st), i & 1)
             # the rope chunk to registers, the latent chunks to this warpgroup's fp16 buffer; the
             # stage is then free for the producer

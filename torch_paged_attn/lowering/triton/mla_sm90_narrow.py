@@ -84,7 +84,7 @@ try:  # Gluon ships with Triton >= 3.5
     )
 
     from ._sm90 import thread_barrier, tma_load
-    from .mla_sm90 import _block_row, _finite, _page_row, _rings9, _signal_dependents, _token_sequence
+    from .mla_sm90 import _block_id, _block_row, _finite, _page_row, _rings9, _signal_dependents, _token_sequence
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gluon = None
 
@@ -164,6 +164,16 @@ if gluon is not None:
         mbarrier.expect(bar, _TILE * 64 * CHUNKS * kv_desc.dtype.primitive_bitwidth // 8)
         for c in gl.static_range(CHUNKS):
             tma_load(kv_desc, [row, c * 64], bar, kvs[c].index(stage))
+
+    @gluon.jit
+    def _tile_block(key0, seq_row_ptr, stride_bt_block, num_pages, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr):
+        """The ``blk`` ``_refill`` takes for the tile from ``key0``, to be loaded before the wait that
+        frees its stage: its page's block id where one page holds it (``BOX`` 64), else 0
+        (``_refill`` then looks each page up itself)."""
+        if BOX == _TILE:
+            return _block_id(key0, seq_row_ptr, stride_bt_block, num_pages, BLOCK_SIZE)
+        else:
+            return 0
 
     @gluon.jit
     def _refill(kv_desc, kvs, ready, stage, key0, blk, seq_row_ptr, stride_bt_block, num_pages, num_blocks,
@@ -465,13 +475,9 @@ if gluon is not None:
             # keys past kv_end or on pages with an id outside [0, NB): their block ids are loaded
             # before the tile is waited for (an L2 round trip otherwise between scores and softmax)
             keys = key0 + gl.arange(0, _TILE, layout=key_layout)
-            page = keys // BLOCK_SIZE
-            blk = gl.load(seq_row_ptr + page * stride_bt_block, mask=page < num_pages, other=-1)
-            if BOX == _TILE:  # and the block id of tile j + STAGES (one page), which this stage takes next
-                page2 = (key0 + STAGES * _TILE) // BLOCK_SIZE
-                blk2 = gl.load(seq_row_ptr + page2 * stride_bt_block, mask=page2 < num_pages, other=-1)
-            else:  # (_refill loads them itself)
-                blk2 = 0
+            blk = _block_id(keys, seq_row_ptr, stride_bt_block, num_pages, BLOCK_SIZE)
+            # and the block id of tile j + STAGES, which this stage takes next
+            blk2 = _tile_block(key0 + STAGES * _TILE, seq_row_ptr, stride_bt_block, num_pages, BLOCK_SIZE, BOX)
             mbarrier.wait(ready.index(st), (j // STAGES) & 1)
             if IS_FP8:  # the stage to fp16, then free for tile j + STAGES at once
                 ops = cvs
