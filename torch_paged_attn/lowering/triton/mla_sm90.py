@@ -81,7 +81,13 @@ round (in probe-rescale-3.txt's three rounds 144.0-146.3 against 139.3-152.8), B
 53.9-54.9 against 54.0-54.7; Nsight Compute, one launch at its locked clocks: 158.3 us against
 164.8 (logs/ncu-wide-one_prod-*, ncu-wide-one-*), the tensor pipe active 63.6 % of the cycles
 against 61.1; the right warpgroup waits for tile data 19.5 % of its samples (13.6 % for stage 1's
-left chunks, freed last, by the left's ``P_1 V_1L``), the left one 5.6 %.
+left chunks, freed last, by the left's ``P_1 V_1L``), the left one 5.6 %. The right warpgroup
+rescales its output and its sum by the same one exp2 (``exp2(m - m_1)``; it multiplied
+``exp2(m - m_0)`` by ``exp2(m_0 - m_1)``): sm_90 SASS 16 lines and two ``MUFU.EX2`` shorter; H100,
+graph replays in one process against the kernel before, twelve rounds over two runs
+(results/gpu-2026-11-27b/logs/probe-right*.txt): B8 x 8192 H128 53.4-55.7 against 53.9-54.4 us
+(faster in 10 of 12), B64 x 4096 H128 138.1-149.8 against 143.9-149.9 (within the rounds'
+spread); six rounds: B1 x 32768 H128 37.9-38.2 against 38.0-38.2.
 
 Split-KV (``launch`` with 4-D ``out``): program (token, head group, split) covers keys
 ``[split * split_tokens, +split_tokens)`` (a multiple of the tile; ``mla`` plans multiples of a
@@ -512,13 +518,12 @@ if gluon is not None:
             m_smem.index(1).store(m_new1)
             mbarrier.arrive(m1_bar.index(0))
             m_ref1 = _finite(m_new1)
-            scale0 = gl.exp2(m_i - _finite(m_new0))
-            scale1 = gl.exp2(m_new0 - m_ref1)
+            a = gl.exp2(m_i - m_ref1)  # the left warpgroup's rescale of the pair, the same value
             p = gl.exp2(s * qk_scale - gl.expand_dims(m_ref1, 1))
-            l_i = l_i * (scale0 * scale1) + gl.sum(p, 1)
+            l_i = l_i * a + gl.sum(p, 1)
             _zero_rows(kv_smem, st1 * CHUNKS, kv_end - key1, CHUNKS - 1, 4)
             fence_async_shared()
-            a = gl.expand_dims(scale0 * scale1, 1)
+            a = gl.expand_dims(a, 1)
             o0, o1, o2, o3 = o0 * a, o1 * a, o2 * a, o3 * a
             pt = p.to(dtype)
             o0, o1, o2, o3 = _values(o0, o1, o2, o3, gl.convert_layout(pt, _P_OPERAND), kv_smem, st1, VCH, VCH, CHUNKS)

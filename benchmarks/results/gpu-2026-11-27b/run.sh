@@ -1,0 +1,38 @@
+# GPU calls of 2026-11-27 (tenth session).
+#   bash run.sh OUT PART...   PART: mla (the MLA test files) | fuzz-wide (the wide and pair MLA
+#       kernels' fuzz) | fuzz-narrow (the narrow bf16 and fp8 MLA kernels' fuzz) | probe-right
+#       (probe_right.py: the wide kernel's right warpgroup rescaling by one exp2 a pair against
+#       mla_sm90_before.py, main fd6dc21's module) | bench-mla (mla_decode.py, overhead.py;
+#       FlashAttention-4 and FlashInfer on PYTHONPATH: the bundles of ../shared/tools/fa4-bundle.sh
+#       and flashinfer-bundle.sh carried over several calls, FA4's install.sh run, the FlashInfer
+#       wheels unzipped to /tmp/site, PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD)
+# Calls, in order, all on the tree of main fd6dc21 with mla_sm90's right warpgroup rescaling by one
+# exp2 (the next commit's kernel): probe-right mla (logs/probe-right.txt, pytest-mla.log); fuzz-wide
+# (logs/pytest-fuzz-wide.log); fuzz-narrow (logs/pytest-fuzz-narrow.log); bench-mla (logs/bench/;
+# its output is benchmarks/results/{mla_decode,overhead}-NVIDIA-H100-80GB-HBM3-2026-11-27-b.*), then
+# PROBE_SHAPES=B64_ctx4096_H128,B8_ctx8192_H128 probe-right (logs/probe-right-2.txt); then
+# `python3 benchmarks/mla_decode.py --shapes B64_ctx4096_H128` twice (logs/bench-b64-{1,2}/).
+# FlashAttention-4 and FlashInfer were staged over the first four calls (carry .fa4a, .fibA,
+# .fibB and .fib2, .fa4b, as in gpu-2026-11-27/run.sh).
+out=${1:?out dir}; shift
+mkdir -p "$out"
+here=$(dirname "$0")
+export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-$PWD}
+t() {  # t NAME SECONDS PYTEST-ARGS...: a pytest run, its log in $out, its summary on stdout
+    local name=$1 secs=$2; shift 2
+    timeout "$secs" python3 -m pytest -q -rf -p no:cacheprovider "$@" > "$out/pytest-$name.log" 2>&1
+    echo "pytest $name exit $?"; grep -E "^FAILED|^ERROR" "$out/pytest-$name.log" | head -20; tail -1 "$out/pytest-$name.log"
+}
+while [ $# -gt 0 ]; do
+part=$1; shift
+case "$part" in
+probe-right) timeout 300 python3 "$here/probe_right.py" > "$out/probe-right.txt" 2>&1; grep -E "graph|copy|Error" "$out/probe-right.txt" ;;
+mla) t mla 300 -n 12 -m "not fuzz" tests/test_triton_mla.py tests/test_mla_module.py ;;
+fuzz-narrow) t fuzz-narrow 400 -n 14 -m fuzz -k "narrow_fuzz or narrow_fp8_fuzz" tests/test_triton_mla.py ;;
+fuzz-wide) t fuzz-wide 540 -n 14 -m fuzz -k "kernel_fuzz or pair_fuzz" tests/test_triton_mla.py ;;
+bench-mla)
+    timeout 330 python3 benchmarks/mla_decode.py --out "$out" 2> "$out/bench-mla-progress.log" | tee "$out/mla_decode.txt" | tail -44
+    timeout 120 python3 benchmarks/overhead.py --out "$out" > "$out/overhead.txt" 2>&1; tail -22 "$out/overhead.txt" ;;
+*) echo "unknown part $part" ;;
+esac
+done
