@@ -6,6 +6,8 @@
 #       FlashAttention-4 and FlashInfer on PYTHONPATH: the bundles of ../shared/tools/fa4-bundle.sh
 #       and flashinfer-bundle.sh carried over several calls, FA4's install.sh run, the FlashInfer
 #       wheels unzipped to /tmp/site, PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD)
+#       | ncu-mtp (Nsight Compute, full set, of probe_mtp.py's narrow-kernel and combine launches:
+#       2 tokens B64 and B128 x 4096 H16, 1 token B128 and B64 x 4096 H16; details, per-SASS-line samples)
 # Calls, in order, all on the tree of main fd6dc21 with mla_sm90's right warpgroup rescaling by one
 # exp2 (the next commit's kernel): probe-right mla (logs/probe-right.txt, pytest-mla.log); fuzz-wide
 # (logs/pytest-fuzz-wide.log); fuzz-narrow (logs/pytest-fuzz-narrow.log); bench-mla (logs/bench/;
@@ -30,6 +32,13 @@ probe-right) timeout 300 python3 "$here/probe_right.py" > "$out/probe-right.txt"
 mla) t mla 300 -n 12 -m "not fuzz" tests/test_triton_mla.py tests/test_mla_module.py ;;
 fuzz-narrow) t fuzz-narrow 400 -n 14 -m fuzz -k "narrow_fuzz or narrow_fp8_fuzz" tests/test_triton_mla.py ;;
 fuzz-wide) t fuzz-wide 540 -n 14 -m fuzz -k "kernel_fuzz or pair_fuzz" tests/test_triton_mla.py ;;
+ncu-mtp)  # Nsight Compute, full set, of probe_mtp.py's launches (the narrow kernel and the combine)
+    PYTHONPATH=$PWD timeout 400 ncu --set full --import-source no --kernel-name regex:"_mla_narrow_kernel|_combine_kernel" \
+        -f -o "$out/ncu-mtp" python3 "$here/probe_mtp.py" > "$out/ncu-mtp.log" 2>&1
+    tail -5 "$out/ncu-mtp.log"
+    ncu -i "$out/ncu-mtp.ncu-rep" --print-details all > "$out/ncu-mtp-details.txt" 2>&1
+    ncu -i "$out/ncu-mtp.ncu-rep" --page source --csv --print-source sass 2>/dev/null | gzip > "$out/ncu-mtp-sass.csv.gz"
+    grep -E "^  [_a-z]|Duration|DRAM Throughput|L1/TEX Cache Throughput|Compute \(SM\) Throughput|Registers Per" "$out/ncu-mtp-details.txt" | head -40 ;;
 bench-mla)
     timeout 330 python3 benchmarks/mla_decode.py --out "$out" 2> "$out/bench-mla-progress.log" | tee "$out/mla_decode.txt" | tail -44
     timeout 120 python3 benchmarks/overhead.py --out "$out" > "$out/overhead.txt" 2>&1; tail -22 "$out/overhead.txt" ;;
