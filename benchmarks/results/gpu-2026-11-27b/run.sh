@@ -13,7 +13,9 @@
 # (logs/pytest-fuzz-wide.log); fuzz-narrow (logs/pytest-fuzz-narrow.log); bench-mla (logs/bench/;
 # its output is benchmarks/results/{mla_decode,overhead}-NVIDIA-H100-80GB-HBM3-2026-11-27-b.*), then
 # PROBE_SHAPES=B64_ctx4096_H128,B8_ctx8192_H128 probe-right (logs/probe-right-2.txt); then
-# `python3 benchmarks/mla_decode.py --shapes B64_ctx4096_H128` twice (logs/bench-b64-{1,2}/).
+# `python3 benchmarks/mla_decode.py --shapes B64_ctx4096_H128` twice (logs/bench-b64-{1,2}/); then,
+# on a fresh machine without the bundles, `PROBE_TIME=1 python3 probe_mtp.py` (its stdout, the
+# call's output, is logs/probe-mtp.txt) and ncu-mtp (logs/ncu-mtp*).
 # FlashAttention-4 and FlashInfer were staged over the first four calls (carry .fa4a, .fibA,
 # .fibB and .fib2, .fa4b, as in gpu-2026-11-27/run.sh).
 out=${1:?out dir}; shift
