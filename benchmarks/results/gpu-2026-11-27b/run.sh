@@ -15,7 +15,8 @@
 # PROBE_SHAPES=B64_ctx4096_H128,B8_ctx8192_H128 probe-right (logs/probe-right-2.txt); then
 # `python3 benchmarks/mla_decode.py --shapes B64_ctx4096_H128` twice (logs/bench-b64-{1,2}/); then,
 # on a fresh machine without the bundles, `PROBE_TIME=1 python3 probe_mtp.py` (its stdout, the
-# call's output, is logs/probe-mtp.txt) and ncu-mtp (logs/ncu-mtp*).
+# call's output, is logs/probe-mtp.txt) and ncu-mtp (logs/ncu-mtp*); then, on another fresh machine,
+# `python3 benchmarks/overhead.py` twice (logs/overhead-{1,2}/).
 # FlashAttention-4 and FlashInfer were staged over the first four calls (carry .fa4a, .fibA,
 # .fibB and .fib2, .fa4b, as in gpu-2026-11-27/run.sh).
 out=${1:?out dir}; shift
