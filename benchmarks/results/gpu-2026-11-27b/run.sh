@@ -6,6 +6,10 @@
 #       FlashAttention-4 and FlashInfer on PYTHONPATH: the bundles of ../shared/tools/fa4-bundle.sh
 #       and flashinfer-bundle.sh carried over several calls, FA4's install.sh run, the FlashInfer
 #       wheels unzipped to /tmp/site, PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD)
+#       | qblocks (probe_qblocks.py: the narrow, pair and fp8 kernel modules of main a27bacb, as in
+#       qblocks_before/ against qblocks_after/, whose query blocks are numbered first blocks first with
+#       a block's splits consecutive in launch order) | variant-qblocks (qblocks_after/ in the package's
+#       place for the parts after it)
 #       | ncu-mtp (Nsight Compute, full set, of probe_mtp.py's narrow-kernel and combine launches:
 #       2 tokens B64 and B128 x 4096 H16, 1 token B128 and B64 x 4096 H16; details, per-SASS-line samples)
 # Calls, in order, all on the tree of main fd6dc21 with mla_sm90's right warpgroup rescaling by one
@@ -16,7 +20,9 @@
 # `python3 benchmarks/mla_decode.py --shapes B64_ctx4096_H128` twice (logs/bench-b64-{1,2}/); then,
 # on a fresh machine without the bundles, `PROBE_TIME=1 python3 probe_mtp.py` (its stdout, the
 # call's output, is logs/probe-mtp.txt) and ncu-mtp (logs/ncu-mtp*); then, on another fresh machine,
-# `python3 benchmarks/overhead.py` twice (logs/overhead-{1,2}/).
+# `python3 benchmarks/overhead.py` twice (logs/overhead-{1,2}/); then, on a third fresh machine,
+# variant-qblocks mla qblocks (logs/pytest-mla-qblocks.log, logs/probe-qblocks.txt; the call ran
+# from a branch whose tree held qblocks_after/'s modules, as variant-qblocks puts them).
 # FlashAttention-4 and FlashInfer were staged over the first four calls (carry .fa4a, .fibA,
 # .fibB and .fib2, .fa4b, as in gpu-2026-11-27/run.sh).
 out=${1:?out dir}; shift
@@ -42,6 +48,19 @@ ncu-mtp)  # Nsight Compute, full set, of probe_mtp.py's launches (the narrow ker
     ncu -i "$out/ncu-mtp.ncu-rep" --print-details all > "$out/ncu-mtp-details.txt" 2>&1
     ncu -i "$out/ncu-mtp.ncu-rep" --page source --csv --print-source sass 2>/dev/null | gzip > "$out/ncu-mtp-sass.csv.gz"
     grep -E "^  [_a-z]|Duration|DRAM Throughput|L1/TEX Cache Throughput|Compute \(SM\) Throughput|Registers Per" "$out/ncu-mtp-details.txt" | head -40 ;;
+qblocks)  # probe_qblocks.py, main's modules (qblocks_before/) and the variant's (qblocks_after/) alternated,
+    # two rounds, one process each; the tree's modules are restored after
+    mkdir -p "$out/qb-tree"; cp torch_paged_attn/lowering/triton/mla_sm90_{narrow,pair,fp8}.py "$out/qb-tree/"
+    for r in 1 2; do
+        cp "$here"/qblocks_before/*.py torch_paged_attn/lowering/triton/
+        timeout 60 python3 "$here/probe_qblocks.py" before >> "$out/probe-qblocks.txt" 2>&1
+        cp "$here"/qblocks_after/*.py torch_paged_attn/lowering/triton/
+        timeout 60 python3 "$here/probe_qblocks.py" after >> "$out/probe-qblocks.txt" 2>&1
+    done
+    cp "$out"/qb-tree/*.py torch_paged_attn/lowering/triton/
+    grep -E "graph|Error" "$out/probe-qblocks.txt" ;;
+variant-qblocks)  # the package's narrow, pair and fp8 modules replaced by qblocks_after/ for the parts after it
+    cp "$here"/qblocks_after/*.py torch_paged_attn/lowering/triton/ ;;
 bench-mla)
     timeout 330 python3 benchmarks/mla_decode.py --out "$out" 2> "$out/bench-mla-progress.log" | tee "$out/mla_decode.txt" | tail -44
     timeout 120 python3 benchmarks/overhead.py --out "$out" > "$out/overhead.txt" 2>&1; tail -22 "$out/overhead.txt" ;;
