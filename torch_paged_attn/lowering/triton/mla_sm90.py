@@ -17,13 +17,13 @@ running max ``m`` shared through shared memory:
 
 - left: ``m_0 = max(m, rowmax S_0)`` published;
 - right: ``m_1 = max(m_0, rowmax S_1)`` published, ``P_1 = exp(S_1 - m_1)`` into shared memory,
-  ``O_R = O_R s_0 s_1 + P_1 V_1R`` (``s_0 = exp(m - m_0)``, ``s_1 = exp(m_0 - m_1)``);
+  ``O_R = O_R exp(m - m_1) + P_1 V_1R``;
 - left, once ``m_1`` is published: ``P_0 = exp(S_0 - m_1)`` into shared memory (tile 2i's rope
   chunk, which only its scores read), ``O_L = O_L exp(m - m_1) + P_0 V_0L`` (P_0 from registers),
   then ``O_L += P_1 V_1L``; right: ``O_R += P_0 V_0R``.
 
 Each warpgroup keeps its own partial row sum (the left ``l exp(m - m_1) + sum P_0``, the right ``l
-s_0 s_1 + sum P_1``), added at the end. A producer warp issues the TMA copies (one box of
+exp(m - m_1) + sum P_1``), added at the end. A producer warp issues the TMA copies (one box of
 ``min(BS, 64)`` rows x 64 columns a copy; a block id outside ``[0, NB)`` or a page past the
 sequence reads zeros from past the cache's last row). Tile 2i lives in stage 0 and 2i + 1 in
 stage 1; each stage has three chunk groups (left value chunks, right value chunks, rope) with a
