@@ -1,8 +1,8 @@
 """Graph replays (p50 us; benchmarks/_harness.py) of ``mla_decode`` on the shapes whose programs
 take ``BLOCK_Q`` > 1 query tokens, each output checked against a float32 gather-einsum: one
-process per tree, ``run.sh qblocks`` alternating main a27bacb's narrow, pair and fp8 kernel
-modules (``qblocks_before/``: the query blocks numbered as the attention kernel numbers them) with
-``qblocks_after/`` (a sequence's first block numbered by its sequence, a block's splits
+process per tree, ``run.sh qblocks`` alternating the tree's narrow, pair and fp8 kernel modules
+(main a27bacb's: the query blocks numbered as the attention kernel numbers them) with the same
+after ``qblocks.patch`` (a sequence's first block numbered by its sequence, a block's splits
 consecutive in launch order: ``_program_ids``, ``_program``).
 
     python3 probe_qblocks.py LABEL   # PROBE_SHAPES=name,...

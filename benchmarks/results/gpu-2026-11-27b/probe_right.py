@@ -1,6 +1,7 @@
 """The wide MLA kernel (``mla_sm90``) with its right warpgroup's output rescaled by one exp2 a
-pair (exp2(m - m_1), the left warpgroup's value), against the kernel before
-(``mla_sm90_before.py``, main fd6dc21's module: exp2(m - m_0) * exp2(m_0 - m_1)). One process,
+pair (exp2(m - m_1), the left warpgroup's value), against the kernel before (main fd6dc21's
+code: exp2(m - m_0) * exp2(m_0 - m_1); built from the package's module by ``_BEFORE``'s three
+replacements, into a temporary file). One process,
 CUDA-graph replays (p50 us; benchmarks/_harness.py), the two alternated for PROBE_ROUNDS rounds,
 each output checked against a float32 gather-einsum.
 
@@ -9,6 +10,7 @@ each output checked against a float32 gather-einsum.
 import importlib.util
 import os
 import sys
+import tempfile
 from dataclasses import replace
 
 import torch
@@ -24,6 +26,15 @@ from torch_paged_attn.lowering.triton import mla as tmla  # noqa: E402
 from torch_paged_attn.lowering.triton import mla_sm90  # noqa: E402
 
 PKG = "torch_paged_attn.lowering.triton"
+# (44a7add's right warpgroup, fd6dc21's): the one change between the two kernels' code
+_BEFORE = (
+    ("            a = gl.exp2(m_i - m_ref1)  # the left warpgroup's rescale of the pair, the same value\n",
+     "            scale0 = gl.exp2(m_i - _finite(m_new0))\n            scale1 = gl.exp2(m_new0 - m_ref1)\n"),
+    ("            l_i = l_i * a + gl.sum(p, 1)\n            _zero_rows(kv_smem, st1 * CHUNKS,",
+     "            l_i = l_i * (scale0 * scale1) + gl.sum(p, 1)\n            _zero_rows(kv_smem, st1 * CHUNKS,"),
+    ("            a = gl.expand_dims(a, 1)\n            o0, o1, o2, o3 = o0 * a,",
+     "            a = gl.expand_dims(scale0 * scale1, 1)\n            o0, o1, o2, o3 = o0 * a,"),
+)
 
 
 def _load(name: str, path: str):
@@ -35,9 +46,22 @@ def _load(name: str, path: str):
     return module
 
 
+def _before_source() -> str:
+    """fd6dc21's mla_sm90: the package's module with the right warpgroup's two exp2 put back."""
+    with open(mla_sm90.__file__) as f:
+        src = f.read()
+    for new, old in _BEFORE:
+        assert src.count(new) == 1, f"not in mla_sm90.py once: {new!r}"
+        src = src.replace(new, old)
+    return src
+
+
 def main():
     device = torch.device("cuda")
-    before = _load("mla_sm90_before", os.path.join(HERE, "mla_sm90_before.py"))
+    path = os.path.join(tempfile.mkdtemp(), "mla_sm90_before.py")
+    with open(path, "w") as f:
+        f.write(_before_source())
+    before = _load("mla_sm90_before", path)
     variants = {"after": mla_sm90, "before": before}
     copy_gbps, _ = H.copy_bandwidth(device)
     print(f"copy {copy_gbps:.0f} GB/s")

@@ -1,4 +1,4 @@
-"""The query-block numbering of qblocks_after/ (mla_sm90_narrow._program with BLOCK_Q > 1) as Python:
+"""The query-block numbering of qblocks.patch (mla_sm90_narrow._program with BLOCK_Q > 1) as Python:
 on 20,000 random ragged batches (query lengths 0 to 40, padding rows past query_start_loc[-1]),
 every (sequence, block) is covered by exactly one program of the T // BLOCK_Q + B + 1, and where
 every sequence has one block the working programs are the first B + 1. CPU only:

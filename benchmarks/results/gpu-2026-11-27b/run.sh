@@ -2,14 +2,15 @@
 #   bash run.sh OUT PART...   PART: mla (the MLA test files) | fuzz-wide (the wide and pair MLA
 #       kernels' fuzz) | fuzz-narrow (the narrow bf16 and fp8 MLA kernels' fuzz) | probe-right
 #       (probe_right.py: the wide kernel's right warpgroup rescaling by one exp2 a pair against
-#       mla_sm90_before.py, main fd6dc21's module) | bench-mla (mla_decode.py, overhead.py;
+#       main fd6dc21's code, which it rebuilds from the package's module) | bench-mla
+#       (mla_decode.py, overhead.py;
 #       FlashAttention-4 and FlashInfer on PYTHONPATH: the bundles of ../shared/tools/fa4-bundle.sh
 #       and flashinfer-bundle.sh carried over several calls, FA4's install.sh run, the FlashInfer
 #       wheels unzipped to /tmp/site, PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD)
-#       | qblocks (probe_qblocks.py: the narrow, pair and fp8 kernel modules of main a27bacb, as in
-#       qblocks_before/ against qblocks_after/, whose query blocks are numbered first blocks first with
-#       a block's splits consecutive in launch order) | variant-qblocks (qblocks_after/ in the package's
-#       place for the parts after it)
+#       | qblocks (probe_qblocks.py: the tree's narrow, pair and fp8 kernel modules against the
+#       same with qblocks.patch applied, whose query blocks are numbered first blocks first with a
+#       block's splits consecutive in launch order) | variant-qblocks (qblocks.patch applied to the
+#       package for the parts after it)
 #       | ncu-mtp (Nsight Compute, full set, of probe_mtp.py's narrow-kernel and combine launches:
 #       2 tokens B64 and B128 x 4096 H16, 1 token B128 and B64 x 4096 H16; details, per-SASS-line samples)
 # Calls, in order, all on the tree of main fd6dc21 with mla_sm90's right warpgroup rescaling by one
@@ -21,8 +22,9 @@
 # on a fresh machine without the bundles, `PROBE_TIME=1 python3 probe_mtp.py` (its stdout, the
 # call's output, is logs/probe-mtp.txt) and ncu-mtp (logs/ncu-mtp*); then, on another fresh machine,
 # `python3 benchmarks/overhead.py` twice (logs/overhead-{1,2}/); then, on a third fresh machine,
-# variant-qblocks mla qblocks (logs/pytest-mla-qblocks.log, logs/probe-qblocks.txt; the call ran
-# from a branch whose tree held qblocks_after/'s modules, as variant-qblocks puts them).
+# the MLA tests with qblocks.patch applied and the qblocks comparison (logs/pytest-mla-qblocks.log,
+# logs/probe-qblocks.txt), run from a branch that held the patched modules, with main a27bacb's
+# copied in for "before": what `variant-qblocks mla` and then `qblocks` on main's tree do.
 # FlashAttention-4 and FlashInfer were staged over the first four calls (carry .fa4a, .fibA,
 # .fibB and .fib2, .fa4b, as in gpu-2026-11-27/run.sh).
 out=${1:?out dir}; shift
@@ -48,19 +50,23 @@ ncu-mtp)  # Nsight Compute, full set, of probe_mtp.py's launches (the narrow ker
     ncu -i "$out/ncu-mtp.ncu-rep" --print-details all > "$out/ncu-mtp-details.txt" 2>&1
     ncu -i "$out/ncu-mtp.ncu-rep" --page source --csv --print-source sass 2>/dev/null | gzip > "$out/ncu-mtp-sass.csv.gz"
     grep -E "^  [_a-z]|Duration|DRAM Throughput|L1/TEX Cache Throughput|Compute \(SM\) Throughput|Registers Per" "$out/ncu-mtp-details.txt" | head -40 ;;
-qblocks)  # probe_qblocks.py, main's modules (qblocks_before/) and the variant's (qblocks_after/) alternated,
-    # two rounds, one process each; the tree's modules are restored after
-    mkdir -p "$out/qb-tree"; cp torch_paged_attn/lowering/triton/mla_sm90_{narrow,pair,fp8}.py "$out/qb-tree/"
+qblocks)  # probe_qblocks.py, the tree's modules and the patched ones alternated, two rounds, one process
+    # each; the tree's modules are restored after
+    mods="mla_sm90_narrow mla_sm90_pair mla_sm90_fp8"
+    mkdir -p "$out/qb-tree" "$out/qb-after"
+    for m in $mods; do cp "torch_paged_attn/lowering/triton/$m.py" "$out/qb-tree/"; done
+    git apply "$here/qblocks.patch"
+    for m in $mods; do cp "torch_paged_attn/lowering/triton/$m.py" "$out/qb-after/"; done
     for r in 1 2; do
-        cp "$here"/qblocks_before/*.py torch_paged_attn/lowering/triton/
+        cp "$out"/qb-tree/*.py torch_paged_attn/lowering/triton/
         timeout 60 python3 "$here/probe_qblocks.py" before >> "$out/probe-qblocks.txt" 2>&1
-        cp "$here"/qblocks_after/*.py torch_paged_attn/lowering/triton/
+        cp "$out"/qb-after/*.py torch_paged_attn/lowering/triton/
         timeout 60 python3 "$here/probe_qblocks.py" after >> "$out/probe-qblocks.txt" 2>&1
     done
     cp "$out"/qb-tree/*.py torch_paged_attn/lowering/triton/
     grep -E "graph|Error" "$out/probe-qblocks.txt" ;;
-variant-qblocks)  # the package's narrow, pair and fp8 modules replaced by qblocks_after/ for the parts after it
-    cp "$here"/qblocks_after/*.py torch_paged_attn/lowering/triton/ ;;
+variant-qblocks)  # qblocks.patch applied to the package's narrow, pair and fp8 modules for the parts after it
+    git apply "$here/qblocks.patch" ;;
 bench-mla)
     timeout 330 python3 benchmarks/mla_decode.py --out "$out" 2> "$out/bench-mla-progress.log" | tee "$out/mla_decode.txt" | tail -44
     timeout 120 python3 benchmarks/overhead.py --out "$out" > "$out/overhead.txt" 2>&1; tail -22 "$out/overhead.txt" ;;
