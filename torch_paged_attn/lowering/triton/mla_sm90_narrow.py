@@ -41,7 +41,9 @@ each sequence as ``paged_attention._attention_kernel`` numbers them (``T // BLOC
 programs, those past the sequences' blocks exit; the padding rows past ``query_start_loc[-1]``
 form a pseudo-sequence without keys). Split-KV (``mla_sm90.launch`` with 4-D ``out``): program (block, split)
 covers keys ``[split * split_tokens, + split_tokens)`` and writes its normalised partial output
-and log2 LSE (0 and -inf for no keys) for ``mla``'s combine kernel.
+and log2 LSE (0 and -inf for no keys) for ``mla``'s combine kernel. The last split of each query
+block merging them itself instead (a counter a block) measured slower on every split shape but 2
+tokens B64 x 4096 H16 (0.8 % faster there; H100, benchmarks/RESULTS.md, eleventh run).
 
 Buffers: each 64-column chunk of the stages, of the fp16 operand tile and of Q is its own
 allocation (``mla_sm90._rings9``). Triton's barrier analysis tells shared memory apart by

@@ -25,7 +25,9 @@ block size 16 121.3 against 137.4 (its producer warp issues the page-sized boxes
 kernel's consumers issue themselves), 1 token H32 B64 x 4096 119.3 against 120.5; but 2 tokens
 in one program at block size 64, 122.0 against 119.5 (B64 x 4096 H16), 117.9 against 116.9 (B32 x
 8192): there both kernels are near the copy rate on the H100 and the narrow kernel's one tile at
-a time frees its stages sooner.
+a time frees its stages sooner. Both warpgroups on one tile, the scores split by columns between
+them and added through shared memory (each tile's operands read once), measured slower than both
+kernels (125.2 us there, 100.4 at 4 tokens B32; benchmarks/RESULTS.md, eleventh run).
 
 Schedule: the 64-key tiles go in pairs, tile 2i in stage 0 and 2i + 1 in stage 1. The left
 warpgroup computes ``S_0^T`` of tile 2i, the right one ``S_1^T`` of tile 2i + 1, each N = 32 over
