@@ -2,7 +2,8 @@
 #   bash run.sh OUT PART...   PART: probe-fold (probe_fold.py with fold.patch applied for it: the
 #       narrow MLA kernel's splits merged by each query block's last split against the combine
 #       kernel) | variant-fold (fold.patch applied for the parts after it) | probe-direct
-#       (probe_direct.py: the 2-token grid without its empty programs) | probe-ksplit
+#       (probe_direct.py: the 2-token grid without its empty programs) | probe-lsum (probe_lsum.py:
+#       the narrow kernel with its row sums added once after its key loop, against the package's) | probe-ksplit
 #       (probe_ksplit.py: mla_sm90_ksplit against the narrow and pair kernels) | ksplit-tests (the
 #       pair kernel's tests and fuzz with mla_sm90_ksplit's kernel in its place, ksplit_plugin.py) | mla (the MLA test
 #       files) | fuzz-narrow (the narrow bf16 and fp8 MLA kernels' fuzz) | fuzz-wide (the wide
@@ -16,8 +17,10 @@
 # call's first try stopped at a missing argument of the unfolded launches; logs/probe-fold-1.txt,
 # pytest-mla-fold-1.log); then the same with fold.patch as committed (logs/probe-fold.txt,
 # pytest-mla-fold.log); then probe-direct (logs/probe-direct.txt); then, with PROBE_ROUNDS=2,
-# probe-ksplit ksplit-tests (logs/probe-ksplit.txt, pytest-ksplit.log). A machine a call, each
-# started fresh (five calls); no FlashInfer or FlashAttention-4 staged.
+# probe-ksplit ksplit-tests (logs/probe-ksplit.txt, pytest-ksplit.log); then probe-lsum mla with
+# the row-sum change applied to the package (the code probe_lsum.py now builds as "after"; the
+# probe then loaded main 66e3aec's module as "before"; logs/probe-lsum.txt, pytest-mla-lsum.log).
+# A machine a call, each started fresh (six calls); no FlashInfer or FlashAttention-4 staged.
 out=${1:?out dir}; shift
 mkdir -p "$out"
 here=$(dirname "$0")
@@ -37,6 +40,7 @@ probe-fold)
 variant-fold) git apply "$here/fold.patch" ;;
 probe-ksplit) timeout 400 python3 "$here/probe_ksplit.py" > "$out/probe-ksplit.txt" 2>&1; grep -E "graph|copy|Error" "$out/probe-ksplit.txt" ;;
 ksplit-tests) export PYTHONPATH=$PYTHONPATH:$here; t ksplit 500 -n 14 -p ksplit_plugin -k "pair" tests/test_triton_mla.py ;;
+probe-lsum) timeout 300 python3 "$here/probe_lsum.py" > "$out/probe-lsum.txt" 2>&1; grep -E "graph|copy|Error" "$out/probe-lsum.txt" ;;
 probe-direct) timeout 300 python3 "$here/probe_direct.py" > "$out/probe-direct.txt" 2>&1; grep -E "graph|copy|Error" "$out/probe-direct.txt" ;;
 mla) t mla 300 -n 12 -m "not fuzz" tests/test_triton_mla.py tests/test_mla_module.py ;;
 fuzz-narrow) t fuzz-narrow 400 -n 14 -m fuzz -k "narrow_fuzz or narrow_fp8_fuzz" tests/test_triton_mla.py ;;
