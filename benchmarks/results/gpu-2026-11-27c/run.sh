@@ -11,7 +11,8 @@
 #       FlashInfer on PYTHONPATH: the bundles of ../shared/tools/fa4-bundle.sh and
 #       flashinfer-bundle.sh carried over several calls, FA4's install.sh run, the FlashInfer wheels
 #       unzipped to /tmp/site, PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD)
-#       | compile (the compile / export / CUDA-graph tests)
+#       | compile (the compile / export / CUDA-graph tests) | alloc (alloc_cost.py: paged_attention's
+#       output allocations against the rest of its eager host time)
 # Calls, in order, all on the tree of main 5f17277 (the package unchanged): probe-fold mla with
 # fold.patch's first version applied by hand (its merge loading one split's chunk at a time; the
 # call's first try stopped at a missing argument of the unfolded launches; logs/probe-fold-1.txt,
@@ -20,7 +21,9 @@
 # probe-ksplit ksplit-tests (logs/probe-ksplit.txt, pytest-ksplit.log); then probe-lsum mla with
 # the row-sum change applied to the package (the code probe_lsum.py now builds as "after"; the
 # probe then loaded main 66e3aec's module as "before"; logs/probe-lsum.txt, pytest-mla-lsum.log).
-# A machine a call, each started fresh (six calls); no FlashInfer or FlashAttention-4 staged.
+# then alloc, and `python3 benchmarks/overhead.py` in the same call (logs/alloc-cost.txt,
+# logs/overhead/). A machine a call, each started fresh (seven calls); no FlashInfer or
+# FlashAttention-4 staged.
 out=${1:?out dir}; shift
 mkdir -p "$out"
 here=$(dirname "$0")
@@ -41,6 +44,7 @@ variant-fold) git apply "$here/fold.patch" ;;
 probe-ksplit) timeout 400 python3 "$here/probe_ksplit.py" > "$out/probe-ksplit.txt" 2>&1; grep -E "graph|copy|Error" "$out/probe-ksplit.txt" ;;
 ksplit-tests) export PYTHONPATH=$PYTHONPATH:$here; t ksplit 500 -n 14 -p ksplit_plugin -k "pair" tests/test_triton_mla.py ;;
 probe-lsum) timeout 300 python3 "$here/probe_lsum.py" > "$out/probe-lsum.txt" 2>&1; grep -E "graph|copy|Error" "$out/probe-lsum.txt" ;;
+alloc) timeout 120 python3 "$here/alloc_cost.py" > "$out/alloc-cost.txt" 2>&1; cat "$out/alloc-cost.txt" | tail -12 ;;
 probe-direct) timeout 300 python3 "$here/probe_direct.py" > "$out/probe-direct.txt" 2>&1; grep -E "graph|copy|Error" "$out/probe-direct.txt" ;;
 mla) t mla 300 -n 12 -m "not fuzz" tests/test_triton_mla.py tests/test_mla_module.py ;;
 fuzz-narrow) t fuzz-narrow 400 -n 14 -m fuzz -k "narrow_fuzz or narrow_fp8_fuzz" tests/test_triton_mla.py ;;
