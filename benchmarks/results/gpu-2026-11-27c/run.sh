@@ -22,7 +22,9 @@
 # the row-sum change applied to the package (the code probe_lsum.py now builds as "after"; the
 # probe then loaded main 66e3aec's module as "before"; logs/probe-lsum.txt, pytest-mla-lsum.log).
 # then alloc, and `python3 benchmarks/overhead.py` in the same call (logs/alloc-cost.txt,
-# logs/overhead/). A machine a call, each started fresh (seven calls); no FlashInfer or
+# logs/overhead/); then, once the four probes shared _probe.py, `PROBE_ROUNDS=1
+# PROBE_SHAPES=mtp2_B64_ctx4096_H16` probe-fold probe-direct probe-lsum probe-ksplit
+# (logs/probes-smoke.txt). A machine a call, each started fresh (eight calls); no FlashInfer or
 # FlashAttention-4 staged.
 out=${1:?out dir}; shift
 mkdir -p "$out"
