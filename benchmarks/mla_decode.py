@@ -144,6 +144,17 @@ def make_inputs(s: Shape, device: torch.device, seed: int) -> Inputs:
     )
 
 
+def copy_bytes(s: Shape) -> int:
+    """The bytes one call touches: the cache's (``cache_bytes``), the queries' and the output's."""
+    return cache_bytes(s)[0] + 2 * s.batch * s.q_len * s.num_heads * (2 * s.latent + s.rope)
+
+
+def input_copies(s: Shape, device: torch.device) -> list[Inputs]:
+    """Enough copies of ``make_inputs`` (seeds 0, 1, ..) that rotating through them keeps every
+    call's bytes out of the L2 (``_harness.rotations``)."""
+    return [make_inputs(s, device, seed) for seed in range(H.rotations(copy_bytes(s), device))]
+
+
 def _scale(s: Shape) -> float:
     return 1.0 / math.sqrt(s.latent // 4 + s.rope)  # DeepSeek: 1 / sqrt(qk_nope 128 + rope 64)
 
@@ -332,8 +343,8 @@ def run_shape(s: Shape, device: torch.device, copy_gbps: float, matmul_tflops: f
               providers: list[str] | None) -> list[H.Row]:
     nbytes, formula = cache_bytes(s)
     flops = mla_flops(s)
-    per_copy = nbytes + 2 * s.batch * s.q_len * s.num_heads * (2 * s.latent + s.rope)
-    copies = [make_inputs(s, device, seed) for seed in range(H.rotations(per_copy, device))]
+    per_copy = copy_bytes(s)
+    copies = input_copies(s, device)
     seqs = sorted({0, s.batch - 1})
     picked = [t for i in seqs for t in range(i * s.q_len, (i + 1) * s.q_len)]
     want = gather_einsum_call(s, copies[0], torch.float32)[picked]

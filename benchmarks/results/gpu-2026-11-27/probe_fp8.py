@@ -1,80 +1,45 @@
 """The fp8 MLA kernel (``mla_sm90_fp8``) with its producer's block-id lookup before the stage's
-``empty`` wait (block sizes >= 64), against the kernel before (``mla_sm90_fp8_before.py``, main
-5070d8c's module), which looked the page up after that wait. One process, CUDA-graph replays (p50
-us; benchmarks/_harness.py), the two alternated for PROBE_ROUNDS rounds, each output checked
-against a float32 gather-einsum.
+``empty`` wait (block sizes >= 64), against the kernel before (main 5070d8c's, which looked the page
+up after that wait: rebuilt from the package's module by ``_BEFORE``'s replacements), timed as
+``mla_probe.compare`` times them.
 
     python3 probe_fp8.py   # PROBE_ROUNDS=3, PROBE_SHAPES=name,...
+
+(The runs in logs/probe-fp8.txt loaded an archived copy of 5070d8c's module, whose code is what the
+replacements rebuild: the same sm_90 SASS.)
 """
-import importlib.util
 import os
 import sys
 from dataclasses import replace
 
-import torch
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+import mla_probe as P  # noqa: E402
+from torch_paged_attn.lowering.triton import mla_sm90_fp8  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-BENCH = os.path.join(HERE, "..", "..")
-sys.path[:0] = [BENCH, os.path.join(BENCH, "..")]
-import _harness as H  # noqa: E402
-import mla_decode as md  # noqa: E402
-import torch_paged_attn.lowering.triton as pkg  # noqa: E402
-from torch_paged_attn import lowering  # noqa: E402
-from torch_paged_attn.lowering.triton import mla as tmla  # noqa: E402
-from torch_paged_attn.lowering.triton import mla_sm90, mla_sm90_fp8  # noqa: E402
-
-PKG = "torch_paged_attn.lowering.triton"
-
-
-def _load(name: str, path: str):
-    spec = importlib.util.spec_from_file_location(f"{PKG}.{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    module.__package__ = PKG
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+# (the package's code, 5070d8c's)
+_BEFORE = (
+    ("        _convert, _empty_state, _program,", "        _convert, _empty_state, _issue, _program,"),
+    ("""            key0 = key_lo + j * _TILE
+            blk = _tile_block(key0, seq_row_ptr, stride_bt_block, num_pages, BLOCK_SIZE, BOX)
+            mbarrier.wait(empty.index(st), ((j // 2) & 1) ^ 1)
+            _refill(kv_desc, kvs, ready, st, key0, blk, seq_row_ptr, stride_bt_block, num_pages, num_blocks,
+                    block_rows, CHUNKS, BLOCK_SIZE, BOX)
+""", """            mbarrier.wait(empty.index(st), ((j // 2) & 1) ^ 1)
+            _issue(kv_desc, kvs, ready, st, key_lo + j * _TILE, seq_row_ptr, stride_bt_block, num_pages,
+                   num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
+"""),
+)
 
 
 def main():
-    device = torch.device("cuda")
-    before = _load("mla_sm90_fp8_before", os.path.join(HERE, "mla_sm90_fp8_before.py"))
-    variants = {"after": mla_sm90_fp8, "before": before}
-    copy_gbps, _ = H.copy_bandwidth(device)
-    print(f"copy {copy_gbps:.0f} GB/s")
-    by = {s.name: s for s in md.SHAPES}
+    before = P.module_from_source("mla_sm90_fp8_before", P.replaced(mla_sm90_fp8, _BEFORE))
+    by = {s.name: s for s in P.md.SHAPES}
     f = by["fp8_B128_ctx4096_H16"]
     shapes = [f, by["mtp2_fp8_B64_ctx4096_H16"], replace(f, name="fp8_B1_ctx32768_H16", batch=1, seq_len=32768),
               replace(f, name="fp8_B128_ctx4096_H16_bs16", block_size=16)]
-    wanted = os.environ.get("PROBE_SHAPES")
-    shapes = [s for s in shapes if not wanted or s.name in wanted.split(",")]
-    for s in shapes:
-        nbytes, _ = md.cache_bytes(s)
-        per = nbytes + 2 * s.batch * s.q_len * s.num_heads * (2 * s.latent + s.rope)
-        copies = [md.make_inputs(s, device, i) for i in range(H.rotations(per, device))]
-        want = md.gather_einsum_call(s, copies[0], torch.float32)
-        for rnd in range(int(os.environ.get("PROBE_ROUNDS", "3"))):
-            for name, module in variants.items():
-                pkg.mla_sm90_fp8 = module
-                mla_sm90._LAUNCHERS.clear()
-                lowering._CHOICES.clear()
-
-                def make(x):
-                    out = torch.empty_like(x.q_latent)
-                    lse = torch.empty(x.q_latent.shape[:2], device=device)
-
-                    def run():
-                        tmla.mla_decode(*x.args(), out, lse, scale=md._scale(s), causal=True, kv_scale=x.kv_scale,
-                                        max_query_len=s.q_len)
-                        return out
-                    return run
-
-                fns = [make(x) for x in copies]
-                got = fns[0]().float()
-                err = ((got - want).abs().max() / want.abs().max()).item()
-                t = H.bench(fns, device, use_graph=True)
-                print(f"{s.name:28s} round {rnd} {name:6s} graph {t.p50_us:8.1f} us ({t.p20_us:.1f}-{t.p80_us:.1f})"
-                      f"  max rel err {err:.2e}", flush=True)
-    pkg.mla_sm90_fp8 = mla_sm90_fp8
+    P.compare(shapes, {"after": P.swap("mla_sm90_fp8", mla_sm90_fp8),
+                       "before": P.swap("mla_sm90_fp8", before)}, 3)
+    P.swap("mla_sm90_fp8", mla_sm90_fp8)()
 
 
 if __name__ == "__main__":

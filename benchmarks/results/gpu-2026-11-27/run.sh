@@ -8,7 +8,7 @@
 #       | ncu-wide VARIANT (Nsight Compute, full set, of one launch of the wide kernel at B64 x 4096
 #       H128 with the probe switch at VARIANT: two, one or one_ovl; details and per-SASS-line samples)
 #       | probe-fp8 (probe_fp8.py: the fp8 MLA kernel's producer looking its page up before its
-#       wait, against mla_sm90_fp8_before.py) | variant N (mla_sm90_left.py at switch N in the package's place for the parts after it)
+#       wait, against 5070d8c's, which it rebuilds from the package's module) | variant N (mla_sm90_left.py at switch N in the package's place for the parts after it)
 # mla_sm90_left.py is main 2aa1788's mla_sm90 with the probe switch PAGED_ATTN_PROBE_MLA_LEFT
 # (0, 1, 2, 3, 4 = two, one, one_ovl, swap, one_prod; probe_rescale.py says what each does); at 0 it compiles
 # to main 2aa1788's sm_90 SASS, at 1 to the SASS of the commit that took variant 1 into mla_sm90

@@ -32,7 +32,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from .mla_sm90 import _finite, _load, _rings9, _signal_dependents, _zero_rows
 from .mla_sm90_narrow import _program, _write
 from .mla_sm90_pair import _ACC, _COL, _A, _B, _R, _ROWS, _TILE, _start, _scores, _softmax, _values, _visible
-from .mla_sm90_pair import REGS_CONSUMER, REGS_PRODUCER  # noqa: F401  (the same register split)
+from .mla_sm90_pair import REGS_PRODUCER  # the same register split as the pair kernel
 
 _LOG2E = gl.constexpr(1.4426950408889634)
 _REGS_PRODUCER = gl.constexpr(REGS_PRODUCER)
@@ -142,18 +142,19 @@ def _consumer(wg: gl.constexpr, q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, qs, 
     for i in range(n_tiles // 2):
         key0 = key_lo + 2 * i * _TILE
         m_i, l_i, o0, o1, o2, o3 = _tile(wg, 2 * i, key0, kv_end, pos_c, m_i, l_i, o0, o1, o2, o3, qk_scale, qs,
-                                         kv_smem, p_smem, s_smem, ready, empty, s_full, s_read, seq_row_ptr, stride_bt_block,
-                                         num_pages, num_blocks, 0, CHUNKS, BLOCK_SIZE, CAUSAL, BLOCK_Q)
-        m_i, l_i, o0, o1, o2, o3 = _tile(wg, 2 * i + 1, key0 + _TILE, kv_end, pos_c, m_i, l_i, o0, o1, o2, o3,
-                                         qk_scale, qs, kv_smem, p_smem, s_smem, ready, empty, s_full, s_read, seq_row_ptr,
-                                         stride_bt_block, num_pages, num_blocks, 1, CHUNKS, BLOCK_SIZE, CAUSAL,
+                                         kv_smem, p_smem, s_smem, ready, empty, s_full, s_read, seq_row_ptr,
+                                         stride_bt_block, num_pages, num_blocks, 0, CHUNKS, BLOCK_SIZE, CAUSAL,
                                          BLOCK_Q)
+        m_i, l_i, o0, o1, o2, o3 = _tile(wg, 2 * i + 1, key0 + _TILE, kv_end, pos_c, m_i, l_i, o0, o1, o2, o3,
+                                         qk_scale, qs, kv_smem, p_smem, s_smem, ready, empty, s_full, s_read,
+                                         seq_row_ptr, stride_bt_block, num_pages, num_blocks, 1, CHUNKS, BLOCK_SIZE,
+                                         CAUSAL, BLOCK_Q)
     if n_tiles % 2 == 1:
         j = n_tiles - 1
         m_i, l_i, o0, o1, o2, o3 = _tile(wg, j, key_lo + j * _TILE, kv_end, pos_c, m_i, l_i, o0, o1, o2, o3,
-                                         qk_scale, qs, kv_smem, p_smem, s_smem, ready, empty, s_full, s_read, seq_row_ptr,
-                                         stride_bt_block, num_pages, num_blocks, 0, CHUNKS, BLOCK_SIZE, CAUSAL,
-                                         BLOCK_Q)
+                                         qk_scale, qs, kv_smem, p_smem, s_smem, ready, empty, s_full, s_read,
+                                         seq_row_ptr, stride_bt_block, num_pages, num_blocks, 0, CHUNKS, BLOCK_SIZE,
+                                         CAUSAL, BLOCK_Q)
     if USE_PDL:  # the key loop is done: the combine kernel may launch (paged_attention._PDL)
         if wg == 0:
             _signal_dependents()

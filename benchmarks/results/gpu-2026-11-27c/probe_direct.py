@@ -4,18 +4,18 @@ it (``T // BLOCK_Q + B + 1`` query blocks a split, found by a binary search of
 batch) against the same kernel with program s taking sequence s's one block directly, on ``B +
 1`` blocks a split (a measurement only: it covers a batch only where no sequence has more than
 ``BLOCK_Q`` tokens, which the probe's uniform batches satisfy); the variant built from the
-package's module by ``_DIRECT``'s replacements, both timed as ``_probe.compare`` times them.
+package's module by ``_DIRECT``'s replacements, both timed as ``mla_probe.compare`` times them.
 
     python3 probe_direct.py   # PROBE_ROUNDS=3, PROBE_SHAPES=name,...
 """
+import os
 import sys
 from dataclasses import replace
 
-import _probe as P
-import torch_paged_attn.lowering.triton as pkg
-from torch_paged_attn.lowering.triton import mla_sm90_narrow
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+import mla_probe as P  # noqa: E402
+from torch_paged_attn.lowering.triton import mla_sm90_narrow  # noqa: E402
 
-NAME = f"{P.PKG}.mla_sm90_narrow"
 _DIRECT = (
     ("""            lo = pid_q * 0
             hi = num_seqs + 1
@@ -36,19 +36,14 @@ _DIRECT = (
 )
 
 
-def use(module):
-    def switch():
-        sys.modules[NAME] = pkg.mla_sm90_narrow = module
-    return switch
-
-
 def main():
     direct = P.module_from_source("mla_sm90_narrow", P.replaced(mla_sm90_narrow, _DIRECT))
     m = {s.name: s for s in P.md.SHAPES}["mtp2_B64_ctx4096_H16"]
     shapes = [m, replace(m, name="mtp2_B32_ctx8192_H16", batch=32, seq_len=8192),
               replace(m, name="mtp2_B128_ctx4096_H16", batch=128)]
-    P.compare(shapes, {"search": use(mla_sm90_narrow), "direct": use(direct)}, 3)
-    use(mla_sm90_narrow)()
+    P.compare(shapes, {"search": P.swap("mla_sm90_narrow", mla_sm90_narrow),
+                       "direct": P.swap("mla_sm90_narrow", direct)}, 3)
+    P.swap("mla_sm90_narrow", mla_sm90_narrow)()
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The narrow MLA kernel's splits merged by the last split of each query block (``mla.SM90_FOLD``,
 ``mla_sm90_narrow._fold``) against the combine kernel launched after them (the fold off), as
-``_probe.compare`` times them; ``PROBE_FOLD_MAX`` sets ``mla._FOLD_MAX_SPLITS`` (shapes that split
+``mla_probe.compare`` times them; ``PROBE_FOLD_MAX`` sets ``mla._FOLD_MAX_SPLITS`` (shapes that split
 more ways run the combine either way).
 
     git apply fold.patch && python3 probe_fold.py   # PROBE_ROUNDS=4, PROBE_SHAPES=name,..., PROBE_FOLD_MAX=8
@@ -9,9 +9,11 @@ It needs the package with ``fold.patch`` applied (``run.sh probe-fold`` applies 
 takes it off after): the switch ``mla.SM90_FOLD`` and the fold are the patch's.
 """
 import os
+import sys
 from dataclasses import replace
 
-import _probe as P
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+import mla_probe as P  # noqa: E402
 
 
 def main():

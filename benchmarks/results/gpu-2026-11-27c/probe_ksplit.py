@@ -1,18 +1,20 @@
 """``mla_sm90_ksplit`` (the two warpgroups on one tile at a time, the scores split by columns
 between them and added through shared memory, the values by latent columns) against the narrow
 kernel as planned and ``mla_sm90_pair`` forced, on 32-row programs (2 tokens x 16 heads, 4 x 8),
-timed as ``_probe.compare`` times them. "pair" and "ksplit" run through the package's planning
+timed as ``mla_probe.compare`` times them. "pair" and "ksplit" run through the package's planning
 with ``mla._pair`` answering yes wherever the pair kernel takes the call, "ksplit" with the pair
 kernel swapped for ``mla_sm90_ksplit``'s (``ksplit_plugin.load``).
 
     python3 probe_ksplit.py   # PROBE_ROUNDS=3, PROBE_SHAPES=name,..., PROBE_VARIANTS=narrow,pair,ksplit
 """
 import os
+import sys
 from dataclasses import replace
 
-import _probe as P
-import ksplit_plugin
-from torch_paged_attn.lowering.triton import mla_sm90_pair
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+import mla_probe as P  # noqa: E402
+import ksplit_plugin  # noqa: E402
+from torch_paged_attn.lowering.triton import mla_sm90_pair  # noqa: E402
 
 
 def main():

@@ -1,18 +1,18 @@
 """The narrow MLA kernel with its row sums kept a key slot each and added over the keys once after
 the key loop ("after": built from the package's ``mla_sm90_narrow`` by ``_AFTER``'s replacements)
 against the package's kernel ("before": the sum down each tile's 64 keys every tile, a cross-warp
-reduction with its CTA barriers), timed as ``_probe.compare`` times them.
+reduction with its CTA barriers), timed as ``mla_probe.compare`` times them.
 
     python3 probe_lsum.py   # PROBE_ROUNDS=3, PROBE_SHAPES=name,...
 """
+import os
 import sys
 from dataclasses import replace
 
-import _probe as P
-import torch_paged_attn.lowering.triton as pkg
-from torch_paged_attn.lowering.triton import mla_sm90_narrow
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+import mla_probe as P  # noqa: E402
+from torch_paged_attn.lowering.triton import mla_sm90_narrow  # noqa: E402
 
-NAME = f"{P.PKG}.mla_sm90_narrow"
 _AFTER = (
     ("""        m_i, l_i, o0, o1, o2, o3, o4, o5, o6, o7 = _empty_state(ROWS, acc_layout)
 """, """        m_i, l_i, o0, o1, o2, o3, o4, o5, o6, o7 = _empty_state(ROWS, acc_layout)
@@ -37,12 +37,6 @@ _AFTER = (
 )
 
 
-def use(module):
-    def switch():
-        sys.modules[NAME] = pkg.mla_sm90_narrow = module
-    return switch
-
-
 def main():
     after = P.module_from_source("mla_sm90_narrow", P.replaced(mla_sm90_narrow, _AFTER))
     by = {s.name: s for s in P.md.SHAPES}
@@ -50,8 +44,9 @@ def main():
     shapes = [m, replace(m, name="mtp2_B32_ctx8192_H16", batch=32, seq_len=8192),
               replace(m, name="mtp2_B128_ctx4096_H16", batch=128), replace(m, name="B64_ctx4096_H16", q_len=1),
               by["B32_ctx8192_H16"], by["B128_ctx4096_H16"]]
-    P.compare(shapes, {"after": use(after), "before": use(mla_sm90_narrow)}, 3)
-    use(mla_sm90_narrow)()
+    P.compare(shapes, {"after": P.swap("mla_sm90_narrow", after),
+                       "before": P.swap("mla_sm90_narrow", mla_sm90_narrow)}, 3)
+    P.swap("mla_sm90_narrow", mla_sm90_narrow)()
 
 
 if __name__ == "__main__":

@@ -24,8 +24,9 @@
 # then alloc, and `python3 benchmarks/overhead.py` in the same call (logs/alloc-cost.txt,
 # logs/overhead/); then, once the four probes shared _probe.py, `PROBE_ROUNDS=1
 # PROBE_SHAPES=mtp2_B64_ctx4096_H16` probe-fold probe-direct probe-lsum probe-ksplit
-# (logs/probes-smoke.txt). A machine a call, each started fresh (eight calls); no FlashInfer or
-# FlashAttention-4 staged.
+# (logs/probes-smoke.txt); then, once every probe of 2026-11-27 used benchmarks/mla_probe.py,
+# smoke.sh (logs/smoke/; right.txt copied from the call's output, the file itself not returned). A
+# machine a call, each started fresh (nine calls); no FlashInfer or FlashAttention-4 staged.
 out=${1:?out dir}; shift
 mkdir -p "$out"
 here=$(dirname "$0")
