@@ -1,5 +1,6 @@
-"""The wide MLA kernel's left warpgroup four ways: ``mla_sm90_left.py`` (main 2aa1788's
-``mla_sm90`` with a probe switch) loaded once for each value of ``PAGED_ATTN_PROBE_MLA_LEFT``:
+"""The wide MLA kernel's left warpgroup four ways: the package's ``mla_sm90`` with ``left.patch``
+applied (main 2aa1788's module with a probe switch; ``run.sh probe-rescale`` applies the patch for
+the run and takes it off after) loaded once for each value of ``PAGED_ATTN_PROBE_MLA_LEFT``:
 
 - 0, "two" (main 2aa1788): P_0 relative to the left one's own max, O_L rescaled twice a pair;
 - 1, "one": the left one waits for the right one's max of tile 2i + 1 before its softmax of tile
@@ -27,14 +28,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import mla_probe as P  # noqa: E402
 from torch_paged_attn.lowering.triton import mla_sm90  # noqa: E402
 
-# the switch value of each variant of mla_sm90_left.py (main 2aa1788's mla_sm90 with the probe switch)
+# the switch value of each variant (left.patch's PAGED_ATTN_PROBE_MLA_LEFT)
 SWITCH = {"two": "0", "one": "1", "one_ovl": "2", "swap": "3", "one_prod": "4"}
 
 
 def _load(name: str):
+    assert "PAGED_ATTN_PROBE_MLA_LEFT" in open(mla_sm90.__file__).read(), "left.patch is not applied"
     os.environ["PAGED_ATTN_PROBE_MLA_LEFT"] = SWITCH[name]
-    return P.module_from_file(f"mla_sm90_{name}", os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                               "mla_sm90_left.py"))
+    return P.module_from_file(f"mla_sm90_{name}", mla_sm90.__file__)
 
 
 def main():

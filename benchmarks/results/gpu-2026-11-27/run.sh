@@ -8,9 +8,12 @@
 #       | ncu-wide VARIANT (Nsight Compute, full set, of one launch of the wide kernel at B64 x 4096
 #       H128 with the probe switch at VARIANT: two, one or one_ovl; details and per-SASS-line samples)
 #       | probe-fp8 (probe_fp8.py: the fp8 MLA kernel's producer looking its page up before its
-#       wait, against 5070d8c's, which it rebuilds from the package's module) | variant N (mla_sm90_left.py at switch N in the package's place for the parts after it)
-# mla_sm90_left.py is main 2aa1788's mla_sm90 with the probe switch PAGED_ATTN_PROBE_MLA_LEFT
-# (0, 1, 2, 3, 4 = two, one, one_ovl, swap, one_prod; probe_rescale.py says what each does); at 0 it compiles
+#       wait, against 5070d8c's, which it rebuilds from the package's module) | variant N (left.patch
+#       applied, at switch N, for the parts after it)
+# left.patch turns the package's mla_sm90 (as of main bf1ff7c; `git apply` it at that commit) into
+# main 2aa1788's with the probe switch PAGED_ATTN_PROBE_MLA_LEFT (the file the calls below loaded
+# as mla_sm90_left.py, byte for byte); switch values 0, 1, 2, 3, 4 = two, one, one_ovl, swap,
+# one_prod (probe_rescale.py says what each does); at 0 it compiles
 # to main 2aa1788's sm_90 SASS, at 1 to the SASS of the commit that took variant 1 into mla_sm90
 # (B64 x 4096 H128, B1 x 32768 H128, block sizes 16 and 128, Triton 3.6). Each pytest log's first
 # line names the switch it ran with.
@@ -39,7 +42,10 @@ t() {  # t NAME SECONDS PYTEST-ARGS...: a pytest run, its log in $out, its summa
 while [ $# -gt 0 ]; do
 part=$1; shift
 case "$part" in
-probe-rescale) timeout 330 python3 "$here/probe_rescale.py" > "$out/probe-rescale.txt" 2>&1; grep -E "graph|copy|Error" "$out/probe-rescale.txt" ;;
+probe-rescale)
+    git apply "$here/left.patch"
+    timeout 330 python3 "$here/probe_rescale.py" > "$out/probe-rescale.txt" 2>&1; grep -E "graph|copy|Error" "$out/probe-rescale.txt"
+    git apply -R "$here/left.patch" ;;
 probe-fp8) timeout 300 python3 "$here/probe_fp8.py" > "$out/probe-fp8.txt" 2>&1; grep -E "graph|copy|Error" "$out/probe-fp8.txt" ;;
 mla) t mla 300 -n 12 -m "not fuzz" tests/test_triton_mla.py tests/test_mla_module.py ;;
 fuzz-fp8) t fuzz-fp8 300 -n 14 -m fuzz -k "narrow_fp8_fuzz" tests/test_triton_mla.py ;;
@@ -49,14 +55,16 @@ bench-mla)
     timeout 120 python3 benchmarks/overhead.py --out "$out" > "$out/overhead.txt" 2>&1; tail -22 "$out/overhead.txt" ;;
 ncu-wide)
     v=$1; shift
+    git apply "$here/left.patch"
     PROBE_NCU=1 PROBE_ROUNDS=1 PROBE_SHAPES=B64_ctx4096_H128 PROBE_VARIANTS=$v timeout 280 \
         ncu --set full --import-source no --kernel-name regex:_mla_sm90_kernel --launch-count 1 -f -o "$out/ncu-wide-$v" \
         python3 "$here/probe_rescale.py" > "$out/ncu-wide-$v.log" 2>&1
+    git apply -R "$here/left.patch"
     ncu -i "$out/ncu-wide-$v.ncu-rep" --print-details all > "$out/ncu-wide-$v-details.txt" 2>&1
     ncu -i "$out/ncu-wide-$v.ncu-rep" --page source --csv --print-source sass 2>/dev/null | gzip > "$out/ncu-wide-$v-sass.csv.gz"
     grep -E "Duration|Compute \(SM\) Throughput|DRAM Throughput|L2 Cache Throughput|Warp Cycles Per Issued|Registers Per" "$out/ncu-wide-$v-details.txt" | head -12 ;;
-variant)  # variant N: the package's mla_sm90 replaced by mla_sm90_left.py at switch N for the parts after it
-    cp "$here/mla_sm90_left.py" torch_paged_attn/lowering/triton/mla_sm90.py
+variant)  # variant N: left.patch applied to the package's mla_sm90, at switch N, for the parts after it
+    git apply "$here/left.patch"
     export PAGED_ATTN_PROBE_MLA_LEFT=$1; shift ;;
 *) echo "unknown part $part" ;;
 esac
