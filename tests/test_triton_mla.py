@@ -1200,6 +1200,62 @@ def check_gluon_fuzz_family(seed0: int, family: int, head_counts: tuple, gluon_m
             raise AssertionError(f"fuzz seed {seed}: {case.id}: {e}") from e
 
 
+def _write_by_kernel(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """``dst = src`` bit for bit by an elementwise kernel (not a copy, which the driver may run
+    as a memcpy): a kernel that the next kernel in the stream may follow by programmatic
+    dependent launch."""
+    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[dst.element_size()]
+    torch.bitwise_or(src.view(ints), 0, out=dst.view(ints))
+
+
+@gpu_tier
+@pytest.mark.parametrize("kind", ["decode", "mtp", "fp8"])
+@pytest.mark.parametrize("sms", ["one_sm", "all_sms"])
+def test_gluon_mla_reads_inputs_written_just_before_cuda(kind: str, sms: str, gluon_mla, monkeypatch) -> None:
+    """The narrow kernels, launched with programmatic dependent launch, read nothing before the
+    kernels ahead of them in the stream have finished: in one CUDA graph, kernels write the
+    queries, lengths, block table and cache right before the call (what they overwrite poisoned
+    before each replay: NaN queries and cache, no block, length 1), unsplit and split; each
+    replay equals the float64 truth of what those kernels wrote."""
+    if sms == "one_sm":
+        one_sm(monkeypatch)
+    case = replace(_BASE, **(_MTP if kind == "mtp" else _DECODE), cache_dtype=E4M3 if kind == "fp8" else None)
+    static, src = make_batch(case, "cuda", 0), make_batch(case, "cuda", 1)
+    names = ("q_latent", "q_rope", "seq_lens", "block_table", "kv_cache") + (("kv_scale", ) if kind == "fp8" else ())
+    out = torch.full(static.q_latent.shape, float("nan"), dtype=case.dtype, device="cuda")
+    lse = torch.full(static.q_latent.shape[:2], float("nan"), device="cuda")
+
+    def call():
+        for name in names:  # the cache last: the largest write, right before the call
+            _write_by_kernel(getattr(static, name), getattr(src, name))
+        tmla.mla_decode(*static.args(), out, lse, scale=static.scale, causal=True, kv_scale=static.kv_scale)
+
+    call()  # compile and plan outside the capture
+    assert gluon_mla and gluon_mla[-1].get("block_q", 0) >= 1, "the narrow kernel did not run"
+    assert (gluon_mla[-1].get("workspace") is not None) == (sms == "all_sms")
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    for seed in (2, 3):
+        new = make_batch(case, "cuda", seed)
+        for name in names:
+            getattr(src, name).copy_(getattr(new, name))
+        static.q_latent.fill_(float("nan"))
+        static.q_rope.fill_(float("nan"))
+        static.seq_lens.fill_(1)
+        static.block_table.fill_(-1)
+        if kind == "fp8":
+            static.kv_cache.view(torch.uint8).fill_(0x7F)
+            static.kv_scale.fill_(float("nan"))
+        else:
+            static.kv_cache.fill_(float("nan"))
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        graph.replay()
+        check(static, out, lse, True, case.dtype)
+
+
 @gpu_tier
 @pytest.mark.parametrize("heads", [128, 16])
 @pytest.mark.parametrize("sms", ["one_sm", "all_sms"])

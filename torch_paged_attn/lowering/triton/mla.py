@@ -543,14 +543,15 @@ def prepare_mla_decode(
                 num_tokens * num_heads * (latent + 1) * 4, split_tokens,
             )
             call = (q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse)
+            # the narrow kernels launch with programmatic dependent launch, split or not
+            # (mla_sm90_narrow.pdl_constants), and signal after their key loops; the wide one does
+            # neither (H100, B1 x 32768 H128, graph replays: signalling after its key loop, 49.3 /
+            # 48.7 us against 43.2 without PDL; B4 x 16384 58.4 / 58.0; gpu-2026-11-26c/logs/pdl-probe.txt)
+            pdl = block_q > 0 and use_pdl(q_latent.device)
             if num_splits == 1:
                 return mla_sm90.prepare(scale=scale, causal=causal, split_tokens=_NO_SPLIT, call=call, block_q=block_q,
-                                        pair=pair)
+                                        pdl=pdl, pair=pair)
             if write_partial:
-                # the narrow kernels signal after their key loops; the wide one does not (H100, B1 x
-                # 32768 H128, graph replays: signalling after its key loop, 49.3 / 48.7 us against
-                # 43.2 without PDL; B4 x 16384 58.4 / 58.0; gpu-2026-11-26c/logs/pdl-probe.txt)
-                pdl = block_q > 0 and use_pdl(q_latent.device)
                 workspace = _Workspace(True, num_tokens, num_splits, num_heads, latent, q_latent.device)
                 return mla_sm90.prepare(
                     scale=scale, causal=causal, split_tokens=split_tokens, call=call, workspace=workspace,

@@ -213,6 +213,14 @@ if gluon is not None:
         return _rings8(N, DEPTH, ROWS, dtype, layout) + (_ring(8, N, DEPTH, ROWS, dtype, layout), )
 
     @gluon.jit
+    def _wait_prerequisites():
+        """A kernel launched with programmatic dependent launch (``launch_pdl``): wait until the
+        kernels ahead of it in the stream have finished and their writes are visible, before it
+        reads anything (without the launch attribute the instruction returns at once)."""
+        gl.inline_asm_elementwise("griddepcontrol.wait; // dummy $0", "=r", [], dtype=gl.int32, is_pure=False,
+                                  pack=1)
+
+    @gluon.jit
     def _signal_dependents():
         """The key loop is done: the kernel launched after this one with programmatic dependent
         launch (the combine kernel; ``paged_attention._PDL``) may start."""
@@ -678,9 +686,9 @@ def _launcher(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: T
               scale: float, causal: bool, split_tokens: int, block_q: int = 0, pdl: bool = False, pair: bool = False):
     """The kernel's ``_launch.launcher`` for calls of these shapes and strides (``block_q`` >= 1:
     the narrow kernel's, with its ``mla_sm90_narrow.constants``, or ``mla_sm90_fp8``'s where
-    ``mla.SM90_FP8`` and it takes the call, or with ``pair`` ``mla_sm90_pair``'s, signalling the
-    combine kernel when ``pdl``), writing into an ``out`` / ``lse`` of strides ``so`` / ``sl``
-    (token, split, head) as ``_out_strides`` gives them, with its ``num_splits`` and ``lse_unit``:
+    ``mla.SM90_FP8`` and it takes the call, or with ``pair`` ``mla_sm90_pair``'s, launched with
+    programmatic dependent launch when ``pdl``), writing into an ``out`` / ``lse`` of strides
+    ``so`` / ``sl`` (token, split, head) as ``_out_strides`` gives them, with its ``num_splits`` and ``lse_unit``:
     every argument but the tensors fixed, the cache's TMA descriptor encoded once per cache address
     (``_sm90.descriptor_spec``). ``go(q_latent, q_latent_ptr=, q_rope_ptr=, kv_desc=kv_cache,
     block_table_ptr=, seq_lens_ptr=, query_start_loc_ptr=, out_ptr=, lse_ptr=)`` (``lse_ptr=out``
@@ -746,19 +754,20 @@ def _(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, l
 def prepare(*, scale: float, causal: bool, split_tokens: int, call: tuple, workspace=None, combine=None,
             block_q: int = 0, pdl: bool = False, pair: bool = False):
     """The runner of this kernel (``block_q`` >= 1: ``mla_sm90_narrow``'s, with ``pair``
-    ``mla_sm90_pair``'s, ``block_q`` query
-    tokens a program, signalling a ``combine`` launched with programmatic dependent launch when
-    ``pdl``) for calls shaped like ``call`` (``q_latent, q_rope, kv_cache,
-    block_table, seq_lens, query_start_loc, out, lse``; ``mla.prepare_mla_decode`` documents the
-    runner). With a ``workspace`` (``paged_attention._Workspace``), the keys are split at multiples
-    of ``split_tokens`` into its partials and ``combine(q_latent, part_out, part_lse, seq_lens,
-    query_start_loc, out, lse, kv_scale)`` merges them (``kv_scale``: an fp8 cache's, else None);
-    otherwise ``split_tokens`` covers every key. Every launch argument but the tensors is fixed
-    here (``_launcher``): a plain eager call passes the tensors alone. B1 x 32768 keys, 128 heads (split 132 ways, with the combine), package host
-    code with no-op binaries (``benchmarks/overhead.py --null-launch --device cpu``, 2-core CPU,
-    2026-11-26): 24.8 us a call before (keyword arguments and a ``TensorDescriptor`` per call),
-    11.7 us after (the no-op binaries leave out Triton's launcher: the GPU host also saves its
-    per-launch descriptor encoding, ~42 us of the 100 measured there with Triton 3.6)."""
+    ``mla_sm90_pair``'s, ``block_q`` query tokens a program, launched with programmatic dependent
+    launch when ``pdl``: ``mla_sm90_narrow.pdl_constants``) for calls shaped like ``call``
+    (``q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse``;
+    ``mla.prepare_mla_decode`` documents the runner). With a ``workspace``
+    (``paged_attention._Workspace``), the keys are split at multiples of ``split_tokens`` into its
+    partials and ``combine(q_latent, part_out, part_lse, seq_lens, query_start_loc, out, lse,
+    kv_scale)`` merges them (``kv_scale``: an fp8 cache's, else None); otherwise ``split_tokens``
+    covers every key. Every launch argument but the tensors is fixed here (``_launcher``): a plain
+    eager call passes the tensors alone. B1 x 32768 keys, 128 heads (split 132 ways, with the
+    combine), package host code with no-op binaries (``benchmarks/overhead.py --null-launch
+    --device cpu``, 2-core CPU, 2026-11-26): 24.8 us a call before (keyword arguments and a
+    ``TensorDescriptor`` per call), 11.7 us after (the no-op binaries leave out Triton's launcher:
+    the GPU host also saves its per-launch descriptor encoding, ~42 us of the 100 measured there
+    with Triton 3.6)."""
     from .. import plain_eager
 
     scale, causal = float(scale), bool(causal)
@@ -770,7 +779,7 @@ def prepare(*, scale: float, causal: bool, split_tokens: int, call: tuple, works
         so, sl, num_splits, lse_unit = workspace.po_strides, (*workspace.pl_strides, 1), workspace.shapes[0][1], 1.0
         has_lse = True
     go = _launcher(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, so, sl, num_splits, lse_unit,
-                   has_lse, scale, causal, split_tokens, block_q, pdl and workspace is not None, pair)
+                   has_lse, scale, causal, split_tokens, block_q, pdl, pair)
     fp8 = kv_cache.dtype in _FP8  # (the narrow kernels' fp8 caches)
 
     def attend(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, kv_scale):

@@ -95,7 +95,7 @@ try:  # Gluon ships with Triton >= 3.5
     )
 
     from ._sm90 import thread_barrier
-    from .mla_sm90 import _block_id, _finite, _rings8, _rings9, _signal_dependents
+    from .mla_sm90 import _block_id, _finite, _rings8, _rings9, _signal_dependents, _wait_prerequisites
     from .mla_sm90_narrow import (
         _convert, _empty_state, _program, _query_chunks, _query_unit, _refill, _softmax_scaled, _tile_block, _values,
         _write,
@@ -228,7 +228,7 @@ if gluon is not None:
             thread_barrier()
             mbarrier.arrive(done_bar.index(0))
         else:
-            if USE_PDL:  # the key loops are done: the combine kernel may launch (paged_attention._PDL)
+            if USE_PDL:  # the key loops are done: the kernel after it (a split call's combine) may launch
                 _signal_dependents()
             mbarrier.wait(done_bar.index(0), 0)
             m_1 = ml_smem.index(0).load(_COL)
@@ -305,6 +305,8 @@ if gluon is not None:
     ):
         CHUNKS: gl.constexpr = LATENT // 64 + 1
         VCH: gl.constexpr = LATENT // 64
+        if USE_PDL:  # launched with programmatic dependent launch: nothing is read before this
+            _wait_prerequisites()
         pid_q = gl.program_id(0)
         split = gl.program_id(2)
         out_ptr += split.to(gl.int64) * stride_o_split
@@ -353,8 +355,10 @@ if gluon is not None:
 
 
 def constants(num_heads: int, block_q: int, pdl: bool) -> dict:
-    """This kernel's own launch constants (``mla_sm90._launcher`` gives the shared ones)."""
-    return dict(HEADS=num_heads, BLOCK_Q=block_q, USE_PDL=bool(pdl), CONSUMER_REGS=REGS_CONSUMER, num_warps=4)
+    """This kernel's own launch constants (``mla_sm90._launcher`` gives the shared ones); ``pdl``:
+    launched with programmatic dependent launch (``mla_sm90_narrow.pdl_constants``)."""
+    return dict(HEADS=num_heads, BLOCK_Q=block_q, CONSUMER_REGS=REGS_CONSUMER, num_warps=4,
+                **narrow.pdl_constants(pdl))
 
 
 # Shared memory beyond the kernel's own buffers: the epilogue's layout change of float32

@@ -86,7 +86,9 @@ try:  # Gluon ships with Triton >= 3.5
     )
 
     from ._sm90 import thread_barrier, tma_load
-    from .mla_sm90 import _block_id, _block_row, _finite, _page_row, _rings9, _signal_dependents, _token_sequence
+    from .mla_sm90 import (
+        _block_id, _block_row, _finite, _page_row, _rings9, _signal_dependents, _token_sequence, _wait_prerequisites,
+    )
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gluon = None
 
@@ -416,6 +418,8 @@ if gluon is not None:
                                                              instr_shape=[16, ROWS // WG, 16])
         col_layout: gl.constexpr = gl.SliceLayout(0, acc_layout)  # [ROWS]: one query row each
         key_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)  # [64]: the tile's keys
+        if USE_PDL:  # launched with programmatic dependent launch: nothing is read before this
+            _wait_prerequisites()
         pid_q = gl.program_id(0)
         split = gl.program_id(2)
         out_ptr += split.to(gl.int64) * stride_o_split
@@ -532,7 +536,7 @@ if gluon is not None:
                     _refill(kv_desc, kvs, ready, st, key0 + STAGES * _TILE, blk2, seq_row_ptr, stride_bt_block,
                             num_pages, num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
 
-        if USE_PDL:  # the key loop is done: the combine kernel may launch (paged_attention._PDL)
+        if USE_PDL:  # the key loop is done: the kernel after it (a split call's combine) may launch
             _signal_dependents()
 
         # -- epilogue: O / l and lse = (m + log2 l) * LSE_UNIT, row r to (token, head) --
@@ -552,9 +556,25 @@ def grid_blocks(num_tokens: int, num_seqs: int, block_q: int) -> int:
 
 def constants(num_heads: int, block_q: int, pdl: bool, latent: int, fp8: bool) -> dict:
     """This kernel's own launch constants (``mla_sm90._launcher`` gives the rest, as to the wide
-    kernel) for ``block_q`` query tokens a program; ``pdl``: it signals after its key loop that the
-    combine kernel launched after it with programmatic dependent launch may start
-    (``paged_attention._PDL``); ``fp8``: an fp8 cache."""
+    kernel) for ``block_q`` query tokens a program; ``pdl``: launched with programmatic dependent
+    launch (``pdl_constants``); ``fp8``: an fp8 cache."""
     n = rows(num_heads, block_q)
-    return dict(HEADS=num_heads, BLOCK_Q=block_q, ROWS=n, USE_PDL=bool(pdl), WARPS=num_warps(n),
-                STAGES=stages(n, latent, fp8), num_warps=num_warps(n))
+    return dict(HEADS=num_heads, BLOCK_Q=block_q, ROWS=n, WARPS=num_warps(n), STAGES=stages(n, latent, fp8),
+                num_warps=num_warps(n), **pdl_constants(pdl))
+
+
+def pdl_constants(pdl: bool) -> dict:
+    """The launch constants of a narrow MLA kernel (this one, ``mla_sm90_fp8``, ``mla_sm90_pair``)
+    with programmatic dependent launch (``pdl``, ``paged_attention.use_pdl``) or without: launched
+    with it, the kernel waits for the kernels ahead of it in the stream before it reads anything
+    (``_wait_prerequisites``, its first instruction), so that its launch and its programs' start
+    overlap their end; and signals after its key loop that the kernel after it (the combine of a
+    split call) may launch. H100, CUDA-graph replays of back-to-back calls (the kernel ahead of each
+    launch the previous call's combine or narrow kernel), us, without / with the launch attribute,
+    three rounds (benchmarks/results/gpu-2026-11-27d/logs/probe-pdl-2.txt): H16, 2 tokens B64 x
+    4096 119.6-119.9 / 119.0-119.4, B32 x 8192 116.2-116.8 / 115.9-116.1, B128 x 4096 (unsplit)
+    215.7-215.8 / 215.1-215.5, B8 x 4096 24.7-24.8 / 23.9-24.0; 1 token B64 x 4096 112.3-112.4 /
+    111.7-111.8, B32 x 8192 111.1-111.7 / 110.5-111.0, B128 x 4096 208.5-209.6 / 207.7-208.0, B16 x
+    8192 60.9-61.2 / 60.4-60.6; the pair kernel, 4 tokens B32 x 4096 74.0-74.1 / 73.3-73.6; the fp8
+    kernel, B128 x 4096 112.9-113.4 / 112.2-112.5, B8 x 4096 17.2-17.6 / 17.0."""
+    return {"USE_PDL": True, "launch_pdl": True} if pdl else {"USE_PDL": False}

@@ -84,7 +84,7 @@ try:  # Gluon ships with Triton >= 3.5
         fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_wait,
     )
 
-    from .mla_sm90 import _block_id, _finite, _load, _rings9, _signal_dependents, _zero_rows
+    from .mla_sm90 import _block_id, _finite, _load, _rings9, _signal_dependents, _wait_prerequisites, _zero_rows
     from .mla_sm90_narrow import _program, _write
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gluon = None
@@ -362,7 +362,7 @@ if gluon is not None:
                                          st1 * CHUNKS + base, HALF)
                 mbarrier.arrive(empty.index(3 + _B))
                 m_i = m1
-        if USE_PDL:  # the key loop is done: the combine kernel may launch (paged_attention._PDL)
+        if USE_PDL:  # the key loop is done: the kernel after it (a split call's combine) may launch
             if wg == 0:
                 _signal_dependents()
         _epilogue(wg, o0, o1, o2, o3, m_i, l_i, l_smem, l_bar, out_ptr, lse_ptr, q_start, q_block_start, q_len,
@@ -389,6 +389,8 @@ if gluon is not None:
     ):
         CHUNKS: gl.constexpr = LATENT // 64 + 1
         dtype: gl.constexpr = q_latent_ptr.dtype.element_ty
+        if USE_PDL:  # launched with programmatic dependent launch: nothing is read before this
+            _wait_prerequisites()
         pid_q = gl.program_id(0)
         split = gl.program_id(2)
         out_ptr += split.to(gl.int64) * stride_o_split
@@ -441,6 +443,7 @@ if gluon is not None:
 
 
 def constants(num_heads: int, block_q: int, pdl: bool) -> dict:
-    """This kernel's own launch constants (``mla_sm90._launcher`` gives the shared ones)."""
-    return dict(HEADS=num_heads, BLOCK_Q=block_q, USE_PDL=bool(pdl), CONSUMER_REGS=REGS_CONSUMER,
-                num_warps=4)
+    """This kernel's own launch constants (``mla_sm90._launcher`` gives the shared ones); ``pdl``:
+    launched with programmatic dependent launch (``mla_sm90_narrow.pdl_constants``)."""
+    return dict(HEADS=num_heads, BLOCK_Q=block_q, CONSUMER_REGS=REGS_CONSUMER, num_warps=4,
+                **narrow.pdl_constants(pdl))
