@@ -5,15 +5,7 @@
 #       files) | gluon (Gluon, sm90 and launcher tests) | attn (attention, launcher, compile tests)
 #       | fuzz-mla (the Gluon MLA fuzz, both kernels) | bench-attn | bench-mla (FlashAttention-4
 #       and FlashInfer staged first, PYTHONPATH exported)
-out=${1:?out dir}; shift
-mkdir -p "$out"
-here=$(dirname "$0")
-export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-$PWD}
-t() {  # t NAME SECONDS PYTEST-ARGS...: a pytest run, its log in $out, its summary on stdout
-    local name=$1 secs=$2; shift 2
-    timeout "$secs" python3 -m pytest -q -rf -p no:cacheprovider "$@" > "$out/pytest-$name.log" 2>&1
-    echo "pytest $name exit $?"; grep -E "^FAILED|^ERROR" "$out/pytest-$name.log" | head -20; tail -1 "$out/pytest-$name.log"
-}
+. "$(dirname "$0")/../gpu_run.sh"  # out (from $1), here, PYTHONPATH, t()
 for part in "$@"; do
 case "$part" in
 narrow) t narrow 300 -n 8 -m "not fuzz" -k "narrow or declines or bad_block or graph_and_compile" tests/test_triton_mla.py ;;

@@ -5,15 +5,7 @@
 #       merge, MLA-module files) | rest (every file but the three kernel files) | mla (MLA test files) | fuzz-mla (the other Gluon MLA fuzzes) | memcheck (the fp8
 #       cases, NaN scales and bad block ids under compute-sanitizer) | bench-mla (mla_decode.py with
 #       FlashInfer staged first, PYTHONPATH exported)
-out=${1:?out dir}; shift
-mkdir -p "$out"
-here=$(dirname "$0")
-export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-$PWD}
-t() {  # t NAME SECONDS PYTEST-ARGS...: a pytest run, its log in $out, its summary on stdout
-    local name=$1 secs=$2; shift 2
-    timeout "$secs" python3 -m pytest -q -rf -p no:cacheprovider "$@" > "$out/pytest-$name.log" 2>&1
-    echo "pytest $name exit $?"; grep -E "^FAILED|^ERROR" "$out/pytest-$name.log" | head -20; tail -1 "$out/pytest-$name.log"
-}
+. "$(dirname "$0")/../gpu_run.sh"  # out (from $1), here, PYTHONPATH, t()
 for part in "$@"; do
 case "$part" in
 probe) timeout 240 python3 "$here/fp8_probe.py" > "$out/fp8-probe.txt" 2>&1; tail -12 "$out/fp8-probe.txt" ;;

@@ -9,15 +9,7 @@
 #       ../shared/tools/fa4-bundle.sh and flashinfer-bundle.sh carried over three calls (each under
 #       the 64 MiB a call may carry), FA4's install.sh run, the FlashInfer wheels unzipped to /tmp/site,
 #       PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD
-out=${1:?out dir}; shift
-mkdir -p "$out"
-here=$(dirname "$0")
-export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-$PWD}
-t() {  # t NAME SECONDS PYTEST-ARGS...: a pytest run, its log in $out, its summary on stdout
-    local name=$1 secs=$2; shift 2
-    timeout "$secs" python3 -m pytest -q -rf -p no:cacheprovider "$@" > "$out/pytest-$name.log" 2>&1
-    echo "pytest $name exit $?"; grep -E "^FAILED|^ERROR" "$out/pytest-$name.log" | head -20; tail -1 "$out/pytest-$name.log"
-}
+. "$(dirname "$0")/../gpu_run.sh"  # out (from $1), here, PYTHONPATH, t()
 for part in "$@"; do
 case "$part" in
 probe) timeout 260 python3 "$here/probe.py" > "$out/probe.txt" 2>&1; tail -14 "$out/probe.txt" ;;

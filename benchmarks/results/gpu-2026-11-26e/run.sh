@@ -20,15 +20,7 @@
 # change), host-probe-2.txt / -3.txt, pytest-mla-final.log (the final tree); the narrow part's log is
 # pytest-narrow-paired.log (commit 86e8123's tree). b8-flash-rerun.txt is no part (its header has the
 # command).
-out=${1:?out dir}; shift
-mkdir -p "$out"
-here=$(dirname "$0")
-export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-$PWD}
-t() {  # t NAME SECONDS PYTEST-ARGS...: a pytest run, its log in $out, its summary on stdout
-    local name=$1 secs=$2; shift 2
-    timeout "$secs" python3 -m pytest -q -rf -p no:cacheprovider "$@" > "$out/pytest-$name.log" 2>&1
-    echo "pytest $name exit $?"; grep -E "^FAILED|^ERROR" "$out/pytest-$name.log" | head -20; tail -1 "$out/pytest-$name.log"
-}
+. "$(dirname "$0")/../gpu_run.sh"  # out (from $1), here, PYTHONPATH, t()
 for part in "$@"; do
 case "$part" in
 probe) timeout 300 python3 "$here/probe.py" > "$out/probe.txt" 2>&1; tail -18 "$out/probe.txt" ;;

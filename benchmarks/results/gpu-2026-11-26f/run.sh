@@ -12,15 +12,7 @@
 #       PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD
 # The probe-q1 parts ran on the tree before the rule (main 31ebc71 + the probes), probe-q1 with
 # q1 = one token a program (the same programs as 16 rows at 16 heads).
-out=${1:?out dir}; shift
-mkdir -p "$out"
-here=$(dirname "$0")
-export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-$PWD}
-t() {  # t NAME SECONDS PYTEST-ARGS...: a pytest run, its log in $out, its summary on stdout
-    local name=$1 secs=$2; shift 2
-    timeout "$secs" python3 -m pytest -q -rf -p no:cacheprovider "$@" > "$out/pytest-$name.log" 2>&1
-    echo "pytest $name exit $?"; grep -E "^FAILED|^ERROR" "$out/pytest-$name.log" | head -20; tail -1 "$out/pytest-$name.log"
-}
+. "$(dirname "$0")/../gpu_run.sh"  # out (from $1), here, PYTHONPATH, t()
 for part in "$@"; do
 case "$part" in
 probe-q1) timeout 300 python3 "$here/probe_q1.py" > "$out/probe-q1.txt" 2>&1; grep graph "$out/probe-q1.txt" ;;

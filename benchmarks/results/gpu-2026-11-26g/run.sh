@@ -22,15 +22,7 @@
 # pytest-mla-rule16.log: the MLA files after mla._narrow_query_block kept 32-row pair programs below
 # block size 64 (one failure: test_public_op_cuda_and_compiled did not know the pair kernel's name;
 # after it did, that test and the pair cases passed, pytest-rerun-rule16.txt).
-out=${1:?out dir}; shift
-mkdir -p "$out"
-here=$(dirname "$0")
-export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-$PWD}
-t() {  # t NAME SECONDS PYTEST-ARGS...: a pytest run, its log in $out, its summary on stdout
-    local name=$1 secs=$2; shift 2
-    timeout "$secs" python3 -m pytest -q -rf -p no:cacheprovider "$@" > "$out/pytest-$name.log" 2>&1
-    echo "pytest $name exit $?"; grep -E "^FAILED|^ERROR" "$out/pytest-$name.log" | head -20; tail -1 "$out/pytest-$name.log"
-}
+. "$(dirname "$0")/../gpu_run.sh"  # out (from $1), here, PYTHONPATH, t()
 for part in "$@"; do
 case "$part" in
 probe-pair) timeout 400 python3 "$here/probe_pair.py" > "$out/probe-pair.txt" 2>&1; grep -v "^ *$" "$out/probe-pair.txt" | grep -v Warn | tail -70 ;;

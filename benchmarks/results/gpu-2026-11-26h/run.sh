@@ -14,15 +14,7 @@
 # 8b9b995 with the HEADS_FASTEST switch added (_DECODE_GRID "queries"); logs/probe-grid-2.txt,
 # pytest-attn.log, bench-attn/ and pytest-fuzz-attn.log on the kernels of c2eaaaa ("heads");
 # tune-fp8-2, pytest-*-final.log, bench-b1/ (with overhead.py) on 8511617 (_position_mask).
-out=${1:?out dir}; shift
-mkdir -p "$out"
-here=$(dirname "$0")
-export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-$PWD}
-t() {  # t NAME SECONDS PYTEST-ARGS...: a pytest run, its log in $out, its summary on stdout
-    local name=$1 secs=$2; shift 2
-    timeout "$secs" python3 -m pytest -q -rf -p no:cacheprovider "$@" > "$out/pytest-$name.log" 2>&1
-    echo "pytest $name exit $?"; grep -E "^FAILED|^ERROR" "$out/pytest-$name.log" | head -20; tail -1 "$out/pytest-$name.log"
-}
+. "$(dirname "$0")/../gpu_run.sh"  # out (from $1), here, PYTHONPATH, t()
 for part in "$@"; do
 case "$part" in
 probe-grid) timeout 290 python3 "$here/probe_grid.py" > "$out/probe-grid.txt" 2>&1; grep -v "^ *$" "$out/probe-grid.txt" | grep -v Warn | tail -40 ;;
