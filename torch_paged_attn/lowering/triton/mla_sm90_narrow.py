@@ -143,6 +143,19 @@ def declines(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_q: int) -
 if gluon is not None:
     _TILE = gl.constexpr(TILE_N)
     _LOG2E = gl.constexpr(LOG2E)
+    # Programs of at most this many rows issue their query loads before their first tiles' copies,
+    # the others after. Timed from inside (%globaltimer, H100, gpu-2026-11-27e/logs/probe-timeline.txt),
+    # a program's queries reached shared memory 5-8 us after it started, behind its first two
+    # tiles (its first tile's wait then took 0.03-0.3 us). CUDA-graph replays, us, this (16) /
+    # copies first everywhere (0) / queries first everywhere (32) (probe_qfirst.py,
+    # logs/probe-qfirst-2.txt, three rounds): 16 rows (1 token H16) B64 x 4096 110.8-111.2 /
+    # 111.6-111.7 / 110.6-111.0, B32 x 8192 109.3-109.6 / 109.9-110.1 / 109.3-109.5, B128 x 4096
+    # 205.7-206.0 / 207.4-207.5 / 205.5-206.3, B16 x 8192 59.4-59.6 / 60.6-60.9 / 59.4-59.6, 2
+    # tokens B8 x 4096 (a token a program) 22.4-22.8 / 23.6-24.0 / 22.6-22.8; 32 rows (2 tokens
+    # H16, two warpgroups) B64 x 4096 119.3-119.6 / 119.3-119.5 / 120.3-120.6, B32 x 8192
+    # 116.4-116.5 / 116.3-116.5 / 117.3-117.9, B128 x 4096 215.1-215.4 / 215.2-215.5 / 214.8-215.0
+    # (why the split 32-row programs lose was not profiled).
+    _QUERIES_FIRST = gl.constexpr(16)
 
     @gluon.jit
     def _issue(kv_desc, kvs, ready, stage, key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks, block_rows,
@@ -445,16 +458,19 @@ if gluon is not None:
         for i in gl.static_range(STAGES):
             mbarrier.init(ready.index(i), count=1)
         fence_async_shared()
-        # the first tiles' copies go out before the queries are read
+        # -- Q [ROWS, L + R] into shared memory: row r is token r // HEADS, head r % HEADS; its loads
+        # go out before the first tiles' copies or after them (_QUERIES_FIRST) --
+        if ROWS <= _QUERIES_FIRST:
+            chunks = _query_chunks(q_latent_ptr, q_rope_ptr, q_start, q_block_start, q_len, stride_ql_tok,
+                                   stride_ql_head, stride_qr_tok, stride_qr_head, HEADS, BLOCK_Q, ROWS, CHUNKS, WARPS)
         for i in gl.static_range(STAGES):
             if n_tiles > i:
                 _issue(kv_desc, kvs, ready, i, key_lo + i * _TILE, seq_row_ptr, stride_bt_block, num_pages,
                        num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
-
-        # -- Q [ROWS, L + R] into shared memory: row r is token r // HEADS, head r % HEADS --
+        if ROWS > _QUERIES_FIRST:
+            chunks = _query_chunks(q_latent_ptr, q_rope_ptr, q_start, q_block_start, q_len, stride_ql_tok,
+                                   stride_ql_head, stride_qr_tok, stride_qr_head, HEADS, BLOCK_Q, ROWS, CHUNKS, WARPS)
         qk_scale = scale * _LOG2E
-        chunks = _query_chunks(q_latent_ptr, q_rope_ptr, q_start, q_block_start, q_len, stride_ql_tok, stride_ql_head,
-                               stride_qr_tok, stride_qr_head, HEADS, BLOCK_Q, ROWS, CHUNKS, WARPS)
         if IS_FP8:
             kv_scale = gl.load(kv_scale_ptr)
             qk_scale = qk_scale * kv_scale
