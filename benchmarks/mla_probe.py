@@ -17,6 +17,7 @@ import importlib.util
 import os
 import sys
 import tempfile
+from dataclasses import replace
 from typing import Callable
 
 import torch
@@ -134,6 +135,20 @@ def compare(shapes: list, variants: dict[str, Callable[[], None]], rounds: int,
                 t = H.bench(fns, device, use_graph=True)
                 print(f"{s.name:28s} round {rnd} {name:8s} graph {t.p50_us:8.1f} us ({t.p20_us:.1f}-{t.p80_us:.1f})"
                       f"  max rel err {err:.2e}{what}", flush=True)
+
+
+def narrow_shapes() -> list:
+    """The 16-head shapes the narrow MLA kernels' probes time, by name: 2 tokens a sequence (32-row
+    programs) at B64 x 4096 (two splits), B32 x 8192 (four) and B128 x 4096 (unsplit); 1 token (16
+    rows) at B64 x 4096, B32 x 8192, B128 x 4096 and B16 x 8192 (eight splits); 2 tokens at B8 x
+    4096 (a token a program)."""
+    by = {s.name: s for s in md.SHAPES}
+    m = by["mtp2_B64_ctx4096_H16"]
+    return [m, replace(m, name="mtp2_B32_ctx8192_H16", batch=32, seq_len=8192),
+            replace(m, name="mtp2_B128_ctx4096_H16", batch=128), replace(m, name="B64_ctx4096_H16", q_len=1),
+            by["B32_ctx8192_H16"], by["B128_ctx4096_H16"],
+            replace(by["B32_ctx8192_H16"], name="B16_ctx8192_H16", batch=16),
+            replace(m, name="mtp2_B8_ctx4096_H16", batch=8)]
 
 
 def splits(plan: dict) -> int:

@@ -9,7 +9,6 @@ applied to the package (``run.sh`` part ``variant-deep``): ``deep_chunks`` and t
 """
 import os
 import sys
-from dataclasses import replace
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 import mla_probe as P  # noqa: E402
@@ -26,12 +25,9 @@ def deep(count):
 
 
 def main():
-    by = {s.name: s for s in P.md.SHAPES}
-    m = by["mtp2_B64_ctx4096_H16"]
-    shapes = [m, replace(m, name="mtp2_B32_ctx8192_H16", batch=32, seq_len=8192),
-              replace(m, name="mtp2_B128_ctx4096_H16", batch=128),
-              replace(by["B32_ctx8192_H16"], name="B16_ctx8192_H16", batch=16),
-              replace(m, name="B64_ctx4096_H16", q_len=1), by["B32_ctx8192_H16"], by["B128_ctx4096_H16"]]
+    named = {s.name: s for s in P.narrow_shapes()}
+    shapes = [named[n] for n in ("mtp2_B64_ctx4096_H16", "mtp2_B32_ctx8192_H16", "mtp2_B128_ctx4096_H16",
+                                 "B16_ctx8192_H16", "B64_ctx4096_H16", "B32_ctx8192_H16", "B128_ctx4096_H16")]
     P.compare(shapes, {"deep": deep(None),
                        "half": deep(lambda r, latent, fp8: 0 if fp8 else min(3, _PLANNED(r, latent, fp8))),
                        "two": deep(lambda r, latent, fp8: 0)},

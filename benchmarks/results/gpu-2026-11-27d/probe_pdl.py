@@ -29,14 +29,10 @@ def launch(with_pdl: bool):
 def main():
     by = {s.name: s for s in P.md.SHAPES}
     m = by["mtp2_B64_ctx4096_H16"]
-    shapes = [m, replace(m, name="mtp2_B32_ctx8192_H16", batch=32, seq_len=8192),
-              replace(m, name="mtp2_B128_ctx4096_H16", batch=128), replace(m, name="B64_ctx4096_H16", q_len=1),
-              by["B32_ctx8192_H16"], by["B128_ctx4096_H16"],
-              replace(by["B32_ctx8192_H16"], name="B16_ctx8192_H16", batch=16),
-              replace(m, name="mtp2_B8_ctx4096_H16", batch=8),
-              by["mtp4_B32_ctx4096_H16"], replace(m, name="mtp2_B64_ctx4096_H16_bs16", block_size=16),
-              by["fp8_B128_ctx4096_H16"], by["mtp2_fp8_B64_ctx4096_H16"],
-              replace(by["fp8_B128_ctx4096_H16"], name="fp8_B8_ctx4096_H16", batch=8)]
+    shapes = P.narrow_shapes() + [
+        by["mtp4_B32_ctx4096_H16"], replace(m, name="mtp2_B64_ctx4096_H16_bs16", block_size=16),
+        by["fp8_B128_ctx4096_H16"], by["mtp2_fp8_B64_ctx4096_H16"],
+        replace(by["fp8_B128_ctx4096_H16"], name="fp8_B8_ctx4096_H16", batch=8)]
     P.compare(shapes, {"wait": launch(True), "plain": launch(False)}, 3, lambda plan: f"splits {P.splits(plan)}")
     launch(True)()
 

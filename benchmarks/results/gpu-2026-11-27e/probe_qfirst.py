@@ -11,7 +11,6 @@ program, against main), logs/probe-qfirst-2.txt this one on the package that too
 """
 import os
 import sys
-from dataclasses import replace
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 import mla_probe as P  # noqa: E402
@@ -27,13 +26,7 @@ def rows_first(rows: int):
 
 
 def main():
-    by = {s.name: s for s in P.md.SHAPES}
-    m = by["mtp2_B64_ctx4096_H16"]
-    shapes = [m, replace(m, name="mtp2_B32_ctx8192_H16", batch=32, seq_len=8192),
-              replace(m, name="mtp2_B128_ctx4096_H16", batch=128), replace(m, name="B64_ctx4096_H16", q_len=1),
-              by["B32_ctx8192_H16"], by["B128_ctx4096_H16"],
-              replace(by["B32_ctx8192_H16"], name="B16_ctx8192_H16", batch=16),
-              replace(m, name="mtp2_B8_ctx4096_H16", batch=8)]
+    shapes = P.narrow_shapes()
     P.compare(shapes, {"package": P.swap("mla_sm90_narrow", mla_sm90_narrow),
                        "tiles": P.swap("mla_sm90_narrow", rows_first(0)),
                        "queries": P.swap("mla_sm90_narrow", rows_first(32))}, 3,

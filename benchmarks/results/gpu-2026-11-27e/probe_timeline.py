@@ -12,7 +12,6 @@ kernel's span (first entry to last end) and, over the working programs, the spre
 """
 import os
 import sys
-from dataclasses import replace
 
 import torch
 
@@ -71,11 +70,9 @@ def main():
     device = torch.device("cuda")
     buf = torch.zeros(MAX_PROGRAMS * SLOTS, dtype=torch.int64, device=device)
     stamped = P.module_from_source("mla_sm90_narrow", P.replaced(mla_sm90_narrow, _stamps(buf.data_ptr())))
-    by = {s.name: s for s in P.md.SHAPES}
-    m = by["mtp2_B64_ctx4096_H16"]
-    shapes = [m, replace(m, name="B64_ctx4096_H16", q_len=1), replace(m, name="mtp2_B128_ctx4096_H16", batch=128),
-              by["B128_ctx4096_H16"], replace(m, name="mtp2_B32_ctx8192_H16", batch=32, seq_len=8192),
-              by["B32_ctx8192_H16"]]
+    named = {s.name: s for s in P.narrow_shapes()}
+    shapes = [named[n] for n in ("mtp2_B64_ctx4096_H16", "B64_ctx4096_H16", "mtp2_B128_ctx4096_H16",
+                                 "B128_ctx4096_H16", "mtp2_B32_ctx8192_H16", "B32_ctx8192_H16")]
     for s in P.selected(shapes, "PROBE_SHAPES"):
         copies = P.md.input_copies(s, device)
         P.swap("mla_sm90_narrow", stamped)()
