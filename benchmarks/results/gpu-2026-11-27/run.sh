@@ -29,11 +29,8 @@
 # then (same tree) ncu-wide one_prod (logs/ncu-wide-one_prod-*), PROBE_SHAPES=B64_ctx4096_H128,
 # B8_ctx8192_H128 PROBE_VARIANTS=one,one_prod PROBE_ROUNDS=6 probe-rescale (logs/probe-rescale-4.txt),
 # variant 4 mla (logs/pytest-mla-one-prod.log), variant 4 fuzz-wide (logs/pytest-fuzz-wide-one-prod.log).
-out=${1:?out dir}; shift
-mkdir -p "$out"
-here=$(dirname "$0")
-export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-$PWD}
-t() {  # t NAME SECONDS PYTEST-ARGS...: a pytest run, its log in $out, its summary on stdout
+. "$(dirname "$0")/../gpu_run.sh"  # out (from $1), here, PYTHONPATH, t()
+t() {  # gpu_run.sh's t, its log headed by the probe switch it ran under
     local name=$1 secs=$2; shift 2
     echo "PAGED_ATTN_PROBE_MLA_LEFT=${PAGED_ATTN_PROBE_MLA_LEFT:-0}" > "$out/pytest-$name.log"
     timeout "$secs" python3 -m pytest -q -rf -p no:cacheprovider "$@" >> "$out/pytest-$name.log" 2>&1
