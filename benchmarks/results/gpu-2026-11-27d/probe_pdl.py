@@ -1,6 +1,6 @@
 """The narrow MLA kernels (``mla_sm90_narrow``, ``mla_sm90_fp8``, ``mla_sm90_pair``) launched with
 programmatic dependent launch as the package launches them ("wait": ``launch_pdl``, the kernel's
-first instruction ``griddepcontrol.wait``; ``mla_sm90_narrow.pdl_constants``) against the same
+first instruction ``griddepcontrol.wait``; ``paged_attention.pdl_options``) against the same
 kernels launched without it ("plain": no ``launch_pdl``, so the wait returns at once, as main
 b2d35d6 launched them), timed as ``mla_probe.compare`` times them: CUDA-graph replays of
 back-to-back calls, where the kernel ahead of each narrow launch is the previous call's combine
@@ -14,15 +14,17 @@ from dataclasses import replace
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 import mla_probe as P  # noqa: E402
-from torch_paged_attn.lowering.triton import mla_sm90_narrow as narrow  # noqa: E402
+from torch_paged_attn.lowering.triton import mla_sm90_fp8, mla_sm90_narrow, mla_sm90_pair  # noqa: E402
 
-_PACKAGE = narrow.pdl_constants
+_KERNELS = (mla_sm90_narrow, mla_sm90_fp8, mla_sm90_pair)
+_PACKAGE = mla_sm90_narrow.pdl_options
 
 
 def launch(with_pdl: bool):
     """A variant: the package's launch constants, or the same without ``launch_pdl``."""
     def switch():
-        narrow.pdl_constants = _PACKAGE if with_pdl else (lambda pdl: {"USE_PDL": bool(pdl)})
+        for kernel in _KERNELS:
+            kernel.pdl_options = _PACKAGE if with_pdl else (lambda pdl: {"USE_PDL": bool(pdl)})
     return switch
 
 

@@ -543,10 +543,18 @@ def prepare_mla_decode(
                 num_tokens * num_heads * (latent + 1) * 4, split_tokens,
             )
             call = (q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse)
-            # the narrow kernels launch with programmatic dependent launch, split or not
-            # (mla_sm90_narrow.pdl_constants), and signal after their key loops; the wide one does
-            # neither (H100, B1 x 32768 H128, graph replays: signalling after its key loop, 49.3 /
-            # 48.7 us against 43.2 without PDL; B4 x 16384 58.4 / 58.0; gpu-2026-11-26c/logs/pdl-probe.txt)
+            # The narrow kernels launch with programmatic dependent launch, split or not (their first
+            # instruction waits for the kernels ahead of them, so that their launch and start overlap
+            # those kernels' end), and signal after their key loops; the wide one does neither.
+            # H100, CUDA-graph replays of back-to-back calls, us, without / with (three rounds,
+            # benchmarks/results/gpu-2026-11-27d/logs/probe-pdl-2.txt): H16, 2 tokens B64 x 4096
+            # 119.6-119.9 / 119.0-119.4, B32 x 8192 116.2-116.8 / 115.9-116.1, B128 x 4096 (unsplit)
+            # 215.7-215.8 / 215.1-215.5, B8 x 4096 24.7-24.8 / 23.9-24.0; 1 token B64 x 4096
+            # 112.3-112.4 / 111.7-111.8, B32 x 8192 111.1-111.7 / 110.5-111.0, B128 x 4096 208.5-209.6
+            # / 207.7-208.0, B16 x 8192 60.9-61.2 / 60.4-60.6; the pair kernel, 4 tokens B32 x 4096
+            # 74.0-74.1 / 73.3-73.6; the fp8 kernel, B128 x 4096 112.9-113.4 / 112.2-112.5, B8 x 4096
+            # 17.2-17.6 / 17.0. The wide kernel signalling after its key loop: B1 x 32768 H128 49.3 /
+            # 48.7 us against 43.2 without PDL, B4 x 16384 58.4 / 58.0 (gpu-2026-11-26c/logs/pdl-probe.txt).
             pdl = block_q > 0 and use_pdl(q_latent.device)
             if num_splits == 1:
                 return mla_sm90.prepare(scale=scale, causal=causal, split_tokens=_NO_SPLIT, call=call, block_q=block_q,

@@ -755,7 +755,7 @@ def prepare(*, scale: float, causal: bool, split_tokens: int, call: tuple, works
             block_q: int = 0, pdl: bool = False, pair: bool = False):
     """The runner of this kernel (``block_q`` >= 1: ``mla_sm90_narrow``'s, with ``pair``
     ``mla_sm90_pair``'s, ``block_q`` query tokens a program, launched with programmatic dependent
-    launch when ``pdl``: ``mla_sm90_narrow.pdl_constants``) for calls shaped like ``call``
+    launch when ``pdl``: ``paged_attention.pdl_options``) for calls shaped like ``call``
     (``q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse``;
     ``mla.prepare_mla_decode`` documents the runner). With a ``workspace``
     (``paged_attention._Workspace``), the keys are split at multiples of ``split_tokens`` into its

@@ -85,7 +85,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from . import mla_sm90_narrow as narrow
-from .paged_attention import _FP8
+from .paged_attention import _FP8, pdl_options
 
 try:  # Gluon ships with Triton >= 3.5
     from triton.experimental import gluon
@@ -356,9 +356,10 @@ if gluon is not None:
 
 def constants(num_heads: int, block_q: int, pdl: bool) -> dict:
     """This kernel's own launch constants (``mla_sm90._launcher`` gives the shared ones); ``pdl``:
-    launched with programmatic dependent launch (``mla_sm90_narrow.pdl_constants``)."""
+    launched with programmatic dependent launch (``paged_attention.pdl_options``, as the narrow
+    kernel)."""
     return dict(HEADS=num_heads, BLOCK_Q=block_q, CONSUMER_REGS=REGS_CONSUMER, num_warps=4,
-                **narrow.pdl_constants(pdl))
+                **pdl_options(pdl))
 
 
 # Shared memory beyond the kernel's own buffers: the epilogue's layout change of float32

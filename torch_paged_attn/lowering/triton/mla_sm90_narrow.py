@@ -77,6 +77,7 @@ from torch import Tensor
 
 from ._launch import next_power_of_2
 from .mla_sm90 import gluon_mla_declines
+from .paged_attention import pdl_options
 
 try:  # Gluon ships with Triton >= 3.5
     from triton.experimental import gluon
@@ -573,24 +574,9 @@ def grid_blocks(num_tokens: int, num_seqs: int, block_q: int) -> int:
 def constants(num_heads: int, block_q: int, pdl: bool, latent: int, fp8: bool) -> dict:
     """This kernel's own launch constants (``mla_sm90._launcher`` gives the rest, as to the wide
     kernel) for ``block_q`` query tokens a program; ``pdl``: launched with programmatic dependent
-    launch (``pdl_constants``); ``fp8``: an fp8 cache."""
+    launch (``paged_attention.pdl_options``: the kernel's first instruction waits for the kernels
+    ahead of it, and it signals after its key loop); ``fp8``: an fp8 cache."""
     n = rows(num_heads, block_q)
     return dict(HEADS=num_heads, BLOCK_Q=block_q, ROWS=n, WARPS=num_warps(n), STAGES=stages(n, latent, fp8),
-                num_warps=num_warps(n), **pdl_constants(pdl))
+                num_warps=num_warps(n), **pdl_options(pdl))
 
-
-def pdl_constants(pdl: bool) -> dict:
-    """The launch constants of a narrow MLA kernel (this one, ``mla_sm90_fp8``, ``mla_sm90_pair``)
-    with programmatic dependent launch (``pdl``, ``paged_attention.use_pdl``) or without: launched
-    with it, the kernel waits for the kernels ahead of it in the stream before it reads anything
-    (``_wait_prerequisites``, its first instruction), so that its launch and its programs' start
-    overlap their end; and signals after its key loop that the kernel after it (the combine of a
-    split call) may launch. H100, CUDA-graph replays of back-to-back calls (the kernel ahead of each
-    launch the previous call's combine or narrow kernel), us, without / with the launch attribute,
-    three rounds (benchmarks/results/gpu-2026-11-27d/logs/probe-pdl-2.txt): H16, 2 tokens B64 x
-    4096 119.6-119.9 / 119.0-119.4, B32 x 8192 116.2-116.8 / 115.9-116.1, B128 x 4096 (unsplit)
-    215.7-215.8 / 215.1-215.5, B8 x 4096 24.7-24.8 / 23.9-24.0; 1 token B64 x 4096 112.3-112.4 /
-    111.7-111.8, B32 x 8192 111.1-111.7 / 110.5-111.0, B128 x 4096 208.5-209.6 / 207.7-208.0, B16 x
-    8192 60.9-61.2 / 60.4-60.6; the pair kernel, 4 tokens B32 x 4096 74.0-74.1 / 73.3-73.6; the fp8
-    kernel, B128 x 4096 112.9-113.4 / 112.2-112.5, B8 x 4096 17.2-17.6 / 17.0."""
-    return {"USE_PDL": True, "launch_pdl": True} if pdl else {"USE_PDL": False}

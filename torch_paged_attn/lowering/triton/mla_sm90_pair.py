@@ -76,6 +76,7 @@ from torch import Tensor
 
 from . import mla_sm90_narrow as narrow
 from .mla_sm90 import gluon_mla_declines
+from .paged_attention import pdl_options
 
 try:  # Gluon ships with Triton >= 3.5
     from triton.experimental import gluon
@@ -444,6 +445,7 @@ if gluon is not None:
 
 def constants(num_heads: int, block_q: int, pdl: bool) -> dict:
     """This kernel's own launch constants (``mla_sm90._launcher`` gives the shared ones); ``pdl``:
-    launched with programmatic dependent launch (``mla_sm90_narrow.pdl_constants``)."""
+    launched with programmatic dependent launch (``paged_attention.pdl_options``, as the narrow
+    kernel)."""
     return dict(HEADS=num_heads, BLOCK_Q=block_q, CONSUMER_REGS=REGS_CONSUMER, num_warps=4,
-                **narrow.pdl_constants(pdl))
+                **pdl_options(pdl))

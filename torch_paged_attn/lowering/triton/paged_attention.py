@@ -202,8 +202,9 @@ def use_pdl(device: torch.device) -> bool:
 
 
 def pdl_options(pdl: bool) -> dict:
-    """The combine kernel's launch arguments for ``pdl`` (``use_pdl``). Every launch passes USE_PDL
-    (no default in the kernels' signatures: ``wrap_triton`` wants every parameter given)."""
+    """The launch arguments for ``pdl`` (``use_pdl``) of a kernel that takes programmatic dependent
+    launch (the combine kernel, the narrow MLA kernels). Every launch passes USE_PDL (no default in
+    the kernels' signatures: ``wrap_triton`` wants every parameter given)."""
     return {"USE_PDL": True, "launch_pdl": True} if pdl else {"USE_PDL": False}
 
 
