@@ -192,6 +192,37 @@ def test_eager_entry_serves_repeated_calls(usual_path):
     assert usual_path == ["paged_attention"] * 2 + ["paged_attention_out"] * 2
 
 
+def test_eager_entry_lse_not_asked_for(usual_path):
+    """Calls served by the eager entry without ``return_lse``: each gets its own ``[0]`` float32
+    lse (a view of one shared empty storage, ``lowering.unresizable_empty``), which no caller can
+    grow or reshape under another's; the outputs are each call's own, and a later call that asks
+    for the lse gets the real one."""
+    batch = make_paged_batch([1, 1], [20, 7], dtype=torch.float32)
+    got = []
+    for seed in range(4):
+        _fresh(batch, seed)
+        out, lse = pa.paged_attention(*batch.args(), scale=0.125)
+        truth, _ = reference.attention(*(t.double() if t.is_floating_point() else t for t in batch.args()),
+                                       scale=0.125)
+        assert_close(out, truth, dtype=torch.float32, name="out")
+        assert lse.shape == (0,) and lse.dtype == torch.float32 and lse.device == out.device
+        got.append(lse)
+    assert usual_path == ["paged_attention"] * 2  # calls 3 and 4 took the entry
+    first, served = got[2], got[3]
+    assert first is not served
+    with pytest.raises(RuntimeError, match="not resizable"):
+        served.resize_(8)
+    with pytest.raises(RuntimeError, match="not resizable"):
+        served.untyped_storage().resize_(32)
+    assert first.shape == (0,)
+    first.unsqueeze_(0)  # a caller's in-place view change stays its own
+    _, lse = pa.paged_attention(*batch.args(), scale=0.125)
+    assert first.shape == (1, 0) and lse.shape == (0,)
+    _fresh(batch, 9)
+    out, lse = _call(batch)
+    _check(batch, out, lse)
+
+
 @pytest.mark.parametrize("change", [
     "query strides", "cache dtype", "block_table shape", "scale", "window_left", "window_left class",
     "causal class", "no lse", "value_cache is key_cache", "alibi", "batch-invariant", "reference backend",

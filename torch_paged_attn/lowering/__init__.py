@@ -237,6 +237,17 @@ def remember(key: tuple, tensors: tuple, payload: Any) -> None:
         del entries[_EAGER_ENTRIES:]
 
 
+def unresizable_empty(like: torch.Tensor) -> torch.Tensor:
+    """A ``[0]`` tensor of ``like``'s dtype and device whose storage cannot grow. What
+    ``paged_attention`` returns for an lse the call did not ask for is a ``detach()`` of one,
+    remembered with the call's plan: a new tensor a call, sharing a storage of 0 bytes, where
+    ``new_empty(0)`` went through the allocator (0.5 us a call on this project's 2-core CPU,
+    2026-11-27; 1.8 us by CUDA events on an H100 host, results/gpu-2026-11-27c/logs/alloc-cost.txt).
+    A caller's ``resize_`` of it raises instead of growing the storage the others share."""
+    storage = torch._C._construct_storage_from_data_pointer(0, like.device, 0)
+    return like.new_empty(0).set_(storage, 0, (0,), (1,))
+
+
 def _describe(tensors: tuple) -> list | None:
     try:
         return [(type(t), t.dtype, t.device, t.requires_grad, t.shape, t.stride()) for t in tensors]

@@ -432,7 +432,8 @@ def paged_attention(
             if not plain:
                 options = {**options, "alibi_slopes": alibi_slopes, "sinks": sinks, "k_scale": k_scale,
                            "v_scale": v_scale}
-            out, lse = query.new_empty(*out_size), lse_like.new_empty(*lse_size)
+            out = query.new_empty(*out_size)
+            lse = lse_like.new_empty(*lse_size) if return_lse else lse_like.detach()  # see unresizable_empty
             run(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out,
                 lse if return_lse else None, options)
             return out, lse
@@ -472,7 +473,7 @@ def paged_attention(
     run(*tensors, out, lse if return_lse else None, options)
     if planned_before:  # a signature that recurs: remembered for the path above
         lowering.remember(key, checked, (run, _without_tensors(options), tuple(out.shape), tuple(lse.shape),
-                                         lse.new_empty(0)))
+                                         lowering.unresizable_empty(lse)))
     return out, lse
 
 
