@@ -19,9 +19,11 @@ without an LSE, and torch.compile(fullgraph=True) with one paged_attn node.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
+import threading
 import types
 from dataclasses import replace
 
@@ -417,6 +419,162 @@ def fake_flash_attn_fwd(q, k, v, qv=None, cu_seqlens_q=None, max_seqlen_q=None, 
         real = int(cu_seqlens_q[-1])
         out[:real] = o[:real]
     return out, s if return_lse else None, None, None, None
+
+
+class FakeAux:
+    """FA4's ``AuxData`` stand-in: an object among the kernel's arguments (no tensors in it)."""
+
+    def __init__(self, tensors=None, scalars=None):
+        self.tensors, self.scalars = tensors, scalars
+
+
+KERNEL_CALLS: list[str] = []
+
+
+def fake_compiled_kernel(q, k, v, out, lse, scale, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, page_table,
+                         window_left, window_right, learnable_sink, sparse, aux, causal=True, softcap=0.0):
+    """The kernel FA4 4.0.0b36's forward compiles and calls (``compile_cache[key](*call_args)``, its
+    sm_90 argument order), here ``fake_flash_attn_varlen_func``'s semantics into ``out`` (rows up to
+    ``cu_seqlens_q[-1]``) and, when given, ``lse``. ``causal`` and ``softcap`` are compiled in:
+    bound by ``fake_compiling_forward`` with ``functools.partial``."""
+    assert cu_seqlens_k is None and seqused_q is None and sparse is None and isinstance(aux, FakeAux)
+    KERNEL_CALLS.append("kernel")
+    o, s = fake_flash_attn_varlen_func(q, k, v, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, page_table=page_table,
+                                       softmax_scale=scale, causal=causal, window_size=(window_left, window_right),
+                                       learnable_sink=learnable_sink, softcap=softcap, return_lse=True)
+    real = int(cu_seqlens_q[-1])
+    out[:real] = o[:real]
+    if lse is not None:
+        lse.copy_(s)
+
+
+def fake_compiling_forward(q, k, v, qv=None, cu_seqlens_q=None, max_seqlen_q=None, seqused_k=None, page_table=None,
+                           softmax_scale=None, causal=False, window_size_left=None, window_size_right=None,
+                           learnable_sink=None, softcap=None, return_lse=False, out=None, lse=None, **unused):
+    """FA4 4.0.0b36's ``_flash_attn_fwd`` as it reaches its kernel: the output (and LSE) it
+    allocates when not given, one compilation a key in ``fake_compiling_forward.compile_cache``,
+    then ``compile_cache[key](*call_args)`` with detached inputs; ``SPLIT`` (a test's switch):
+    the kernel writes a partial buffer of FA4's own, copied into ``out`` after it (as a split's
+    combine does)."""
+    assert qv is None and lse is None and not unused, unused
+    FAKE_CALLS.append(dict(causal=causal, window_size=(window_size_left, window_size_right), softcap=softcap,
+                           scale=softmax_scale, out=None if out is None else out.data_ptr()))
+    cache = fake_compiling_forward.compile_cache
+    key = (q.dtype, q.shape[1:], k.shape[1:], causal, softcap, window_size_left is None, window_size_right is None,
+           learnable_sink is None, return_lse)
+    if key not in cache:
+        cache[key] = functools.partial(fake_compiled_kernel, causal=causal, softcap=softcap or 0.0)
+    if out is None:
+        out = torch.empty(q.shape[0], q.shape[1], v.shape[-1], dtype=q.dtype)
+    lse = torch.empty(q.shape[1], q.shape[0]) if return_lse else None
+    target = torch.empty_like(out) if fake_compiling_forward.SPLIT else out
+    cache[key](q.detach(), k.detach(), v.detach(), target.detach(), lse, softmax_scale, cu_seqlens_q, None, None,
+               seqused_k, page_table, window_size_left, window_size_right, learnable_sink, None, FakeAux())
+    if target is not out:
+        real = int(cu_seqlens_q[-1])
+        out[:real] = target[:real]
+    return out, lse, None, None, None
+
+
+def _compiling_fa4_installed(monkeypatch, split=False, capability=(9, 0)):
+    """``_fake_fa4_installed`` (a device of ``capability``) with ``fake_compiling_forward`` as
+    FA4's forward, its compile cache empty."""
+    _fake_fa4_installed(monkeypatch, capability=capability)
+    interface = sys.modules["flash_attn.cute.interface"]
+    monkeypatch.setattr(fake_compiling_forward, "compile_cache", {}, raising=False)
+    monkeypatch.setattr(fake_compiling_forward, "SPLIT", split, raising=False)
+    monkeypatch.setattr(interface, "_flash_attn_fwd", fake_compiling_forward)
+    flash._fa4_forward.cache_clear()
+    FAKE_CALLS.clear()
+    KERNEL_CALLS.clear()
+
+
+def _direct_inputs(seed):
+    batch = make_paged_batch([1, 3, 1, 2], [9, 20, 2, 14], num_heads=4, num_kv_heads=2, head_size=32, block_size=8,
+                             dtype=BF16, pad_tokens=2, seed=seed)
+    options = dict(scale=0.2, causal=True, window_left=5, window_right=-1, softcap=0.0, alibi_slopes=None,
+                   sinks=torch.randn(4, generator=torch.Generator().manual_seed(seed)), k_scale=None,
+                   v_scale=None, attention_chunk_size=0)
+    return batch, options
+
+
+def _check_direct(batch, options, out, lse=None):
+    loop_opts = {k: v for k, v in options.items() if k not in ("k_scale", "v_scale")}
+    truth_out, truth_lse = loop.paged_attention(*batch.args(), **loop_opts)
+    ref_out, ref_lse = reference.attention(*batch.args(), **options)
+    assert_close(out, truth_out, dtype=BF16, reference=ref_out, name="out")
+    if lse is not None:
+        assert_close(lse, truth_lse, dtype=BF16, reference=ref_lse, name="lse")
+
+
+def test_fa4_kernel_called_directly_after_the_first_call(monkeypatch):
+    """From a plan's second call on, the kernel FA4's forward ran at the first is called with each
+    call's own tensors, without the forward: fresh inputs each call (new query, cache, lengths and
+    table values, new tensors), each output poisoned, each equal to the float64 loop."""
+    _compiling_fa4_installed(monkeypatch)
+    run = None
+    for seed in range(4):
+        batch, options = _direct_inputs(seed)
+        out = torch.full((batch.query.shape[0], 4, 32), float("nan"), dtype=BF16)
+        args = (*batch.args(), out, None)
+        run = run or flash.prepare_paged_attention(*args, **options)  # one plan, as lowering.plan keeps it
+        run(*args, options)
+        _check_direct(batch, options, out)
+    forwards = [c for c in FAKE_CALLS if c["out"] is not None]  # (the kernel's own entries have None)
+    assert len(forwards) == 1 and KERNEL_CALLS == ["kernel"] * 4
+
+
+@pytest.mark.parametrize("why", ["split", "lse", "key_cache is value_cache", "sm100"])
+def test_fa4_forward_kept_where_the_kernel_call_cannot_be_replayed(why, monkeypatch):
+    """The forward runs at every call where its kernel call took a tensor of FA4's own (a split's
+    partial buffer, the LSE it allocates), could not be told apart by role (one cache for keys
+    and values), or on a device where replaying was not verified (``flash.DIRECT_CAPABILITIES``);
+    the results stay right."""
+    _compiling_fa4_installed(monkeypatch, split=why == "split", capability=(10, 0) if why == "sm100" else (9, 0))
+    run = None
+    for seed in range(3):
+        batch, options = _direct_inputs(seed)
+        if why == "key_cache is value_cache":
+            batch.value_cache = batch.key_cache
+        out = torch.full((batch.query.shape[0], 4, 32), float("nan"), dtype=BF16)
+        lse = torch.full((batch.query.shape[0], 4), float("nan")) if why == "lse" else None
+        args = (*batch.args(), out, lse)
+        run = run or flash.prepare_paged_attention(*args, **options)
+        run(*args, options)
+        _check_direct(batch, options, out, lse)
+    forwards = [c for c in FAKE_CALLS if c["out"] is not None]
+    assert len(forwards) == 3 and KERNEL_CALLS == ["kernel"] * 3
+
+
+def test_recorder_passes_other_threads_and_closes():
+    """The stand-in compile cache delegates lookups and compilations, records only its own
+    thread's kernel calls, and none once closed."""
+    cache = {"a": lambda x: x + 1}
+    recorder = flash._Recorder(cache)
+    recorder["b"] = lambda x: x * 2
+    assert "b" in cache and "b" in recorder and recorder["a"](1) == 2
+    seen = []
+    worker = threading.Thread(target=lambda: seen.append(recorder["b"](3)))
+    worker.start()
+    worker.join()
+    assert seen == [6] and len(recorder.calls) == 1
+    recorder.open = False
+    assert recorder["a"](5) == 6 and len(recorder.calls) == 1
+
+
+def test_replayer_rejects_unknown_tensors():
+    """A recorded call is replayed only when every tensor it took is one of the call's (a view of
+    the same address, shape and strides), tensors hidden in containers or objects included."""
+    q, out = torch.randn(4, 2), torch.randn(4, 2)
+    kernel = lambda *a: None  # noqa: E731
+    assert flash._replayer([(kernel, (q.detach(), out, 0.5, None), {})], dict(q=q, out=out)) is not None
+    assert flash._replayer([(kernel, (q.clone(), out), {})], dict(q=q, out=out)) is None  # a copy
+    assert flash._replayer([(kernel, (q.t(), out), {})], dict(q=q, out=out)) is None  # another view
+    assert flash._replayer([(kernel, (q, out, (torch.ones(1),)), {})], dict(q=q, out=out)) is None
+    assert flash._replayer([(kernel, (q, out, FakeAux([torch.ones(1)])), {})], dict(q=q, out=out)) is None
+    assert flash._replayer([(kernel, (q,), {})], dict(q=q, out=out)) is None  # out never passed
+    assert flash._replayer([(kernel, (q, out), {}), (kernel, (q, out), {})], dict(q=q, out=out)) is None
+    assert flash._replayer([], dict(q=q, out=out)) is None
 
 
 MAPPING_CASES = [
@@ -840,6 +998,50 @@ def test_flash_out_form_writes_in_place_cuda(with_lse, monkeypatch):
     assert written == [True]
     check_against_reference(batch, options, out, lse, case.dtype)
     assert bool(wide[:, 8 * 128 :].isnan().all())
+
+
+@gpu_fa4
+@pytest.mark.parametrize("fresh", ["values", "tensors"])
+def test_flash_repeated_calls_run_fa4_kernel_directly_cuda(fresh, monkeypatch):
+    """Repeated ``paged_attention_out`` calls of one signature on FA4: the first runs FA4's
+    forward, the later ones the kernel it ran, called directly (``flash._Recorder``); each call's
+    inputs new (``values``: the same tensors refilled, as a CUDA-graph or a serving loop's static
+    buffers; ``tensors``: new tensors), its ``out`` poisoned, padding rows and a bad block id
+    included, each result equal to the reference."""
+    case = Case((1, 40, 1, 3, 1), (900, 300, 17, 500, 64), num_heads=8, num_kv_heads=2, head_size=128,
+                pad_tokens=5)
+    forward = flash._fa4_forward()
+    assert forward is not None, "flash_attn.cute.interface._flash_attn_fwd with out= is expected on FA4 4.0.0b36"
+    forwards = []
+
+    def spy(*args, **kwargs):
+        forwards.append(1)
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(flash, "_fa4_forward", lambda: spy)
+    lowering._CHOICES.clear()
+    flash._PLANS.clear()
+    batch, options = make_inputs(case, "cuda", seed=40)  # options (a plan's signature) kept throughout
+    out = torch.empty(batch.query.shape[0], 8, 128, dtype=BF16, device="cuda")
+    with pa.backend("flash"):
+        for seed in range(41, 45):
+            new, _ = make_inputs(case, "cuda", seed=seed)
+            new.block_table[3, 2] = new.key_cache.shape[0] + seed  # sequence 3 (500 keys): used
+            if fresh == "values":
+                for mine, theirs in zip(batch.args(), new.args()):
+                    mine.copy_(theirs)
+            else:
+                batch, out = new, torch.empty_like(out)
+            out.fill_(float("nan"))
+            pa.paged_attention_out(*batch.args(), out, None, **options)
+            qsl = batch.query_start_loc.tolist()
+            for rows in (slice(qsl[-1], out.shape[0]), slice(qsl[3], qsl[4])):  # padding, the bad sequence
+                assert torch.equal(out[rows], torch.zeros_like(out[rows]))
+            truth_out, _ = reference.attention(batch.query.float(), *batch.args()[1:], **options)
+            ref_out, _ = reference.attention(*batch.args(), **options)
+            for good in (slice(0, qsl[3]), slice(qsl[4], qsl[5])):
+                assert_close(out[good], truth_out[good], dtype=BF16, reference=ref_out[good], name="out")
+    assert forwards == [1]
 
 
 @gpu_fa4

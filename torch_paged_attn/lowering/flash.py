@@ -36,7 +36,9 @@ Hq]`` float32 copy, the only data moved beside FlashAttention's), or padding row
 after FlashAttention's own buffer was copied over ``out`` (FA3 and FA2, the fallbacks, and outputs
 FA4 does not take). What a call of one signature needs beside its tensors (FlashAttention's fixed
 arguments, the kernels' launchers) is derived once (``_Plan``): at plan time for eager calls
-(``prepare_paged_attention``), at a signature's first run otherwise. Not yet timed on a GPU.
+(``prepare_paged_attention``), at a signature's first run otherwise. From a plan's second call
+into ``out`` without an LSE, the kernel FA4 compiled for the signature is called directly, without
+FA4's forward and its 100-230 us of host time (``_Recorder``).
 
 Graphs: the call goes through the private opaque op ``paged_attn::_flash_attention`` (a
 ``torch.library.custom_op`` that mutates exactly ``out`` and ``lse``, with a fake), so Inductor,
@@ -52,6 +54,7 @@ import functools
 import importlib
 import inspect
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -284,6 +287,127 @@ def _fa4_out_alignment(out: Tensor) -> int:
     return align if ok else 0
 
 
+# -- FA4's compiled kernel called directly -----------------------------------------------------
+# FA4's forward (``_flash_attn_fwd``) spends 100-230 us of host time a call on an H100 host (checks,
+# its compile key, argument packing: benchmarks/results/gpu-2026-11-27f/logs/probe-eager.txt,
+# decode B8 x 8192 Hq64), then calls the kernel it compiled for that key with the call's tensors.
+# Every value it derives from a signature's shapes and options is the same at each call of a
+# ``_Plan``, so the plan's first call records that kernel call (``_Recorder``) and later calls make
+# it themselves with their own tensors (``_replayer``), where the recorded call passed nothing
+# but the call's own tensors: a split (FA4's partial buffers and combine), an LSE or a copied input
+# (FA4's own tensors) keeps FA4's forward at every call.
+
+# Where that is done: the compute capabilities on which the flash backend's GPU tests ran FA4's
+# kernel this way (sm_90: H100, FA4 4.0.0b36, tests/test_flash_backend.py, 2026-11-27,
+# benchmarks/results/gpu-2026-11-27f/logs/pytest-flash.log). Elsewhere FA4's forward may do work
+# beside its kernel on the call's own tensors that a replay would skip; there it runs every call.
+DIRECT_CAPABILITIES = ((9, 0),)
+_CAPTURE_LOCK = threading.Lock()
+
+
+class _Recorder:
+    """Stands in for FA4's ``_flash_attn_fwd.compile_cache`` (4.0.0b36: a mapping from compile
+    key to compiled kernel) during one forward call: lookups and compilations go to the cache,
+    and the calls this thread makes of a kernel it looked up are recorded with their arguments."""
+
+    def __init__(self, cache: Any):
+        self.cache, self.calls, self.thread, self.open = cache, [], threading.get_ident(), True
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self.cache
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.cache[key] = value
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.cache, name)
+
+    def __getitem__(self, key: Any) -> Any:
+        kernel = self.cache[key]
+        if not self.open or threading.get_ident() != self.thread:
+            return kernel
+
+        def record(*args, **kwargs):
+            self.calls.append((kernel, args, kwargs))
+            return kernel(*args, **kwargs)
+
+        return record
+
+
+def _recorded_forward(forward: Any, tensors: dict[str, Tensor | None], kwargs: dict) -> tuple[Any, Any]:
+    """``forward(**kwargs)`` (FA4's ``_flash_attn_fwd``, or a wrapper of it), and the direct
+    caller of the compiled kernel it ran (``_replayer``; None where there is none to make)."""
+    try:
+        owner = importlib.import_module("flash_attn.cute.interface")._flash_attn_fwd
+        cache = owner.compile_cache
+    except Exception:  # no compile cache to watch: FA4's forward at every call
+        return forward(**kwargs), None
+    with _CAPTURE_LOCK:
+        recorder = _Recorder(cache)
+        owner.compile_cache = recorder
+        try:
+            result = forward(**kwargs)
+        finally:
+            recorder.open = False
+            if owner.compile_cache is recorder:
+                owner.compile_cache = cache
+    return result, _replayer(recorder.calls, tensors)
+
+
+def _same_view(a: Tensor, b: Tensor) -> bool:
+    return (a.data_ptr() == b.data_ptr() and a.dtype == b.dtype and a.device == b.device and a.shape == b.shape
+            and a.stride() == b.stride())
+
+
+def _holds_tensor(value: Any, depth: int = 0) -> bool:
+    """Whether ``value`` is or holds a tensor (through sequences, mappings and object fields);
+    True past a few levels of nesting (unknown: not replayed)."""
+    if isinstance(value, Tensor):
+        return True
+    if value is None or isinstance(value, (bool, int, float, str, torch.dtype)):
+        return False
+    if depth > 4:
+        return True
+    if isinstance(value, (tuple, list)):
+        return any(_holds_tensor(x, depth + 1) for x in value)
+    if isinstance(value, dict):
+        return any(_holds_tensor(x, depth + 1) for x in value.values())
+    fields = list(getattr(value, "__dict__", {}).values())
+    fields += [getattr(value, name, None) for name in getattr(type(value), "__slots__", ())]
+    return any(_holds_tensor(x, depth + 1) for x in fields)
+
+
+def _replayer(calls: list, tensors: dict[str, Tensor | None]) -> Any:
+    """``call(**tensors)`` making the one recorded kernel call with another call's tensors of the
+    same roles, or None unless exactly one kernel call was recorded, each tensor it took is one
+    of ``tensors`` (by address, dtype, shape and strides: not a copy, not a buffer of FA4's own)
+    and each of ``tensors`` reached it."""
+    if len(calls) != 1:
+        return None
+    kernel, args, kwargs = calls[0]
+    given = {role: t for role, t in tensors.items() if t is not None}
+    template, slots = list(args), []
+    for i, arg in enumerate(args):
+        if isinstance(arg, Tensor):
+            roles = [role for role, t in given.items() if _same_view(arg, t)]
+            if len(roles) != 1:
+                return None
+            slots.append((i, roles[0]))
+            template[i] = None
+        elif _holds_tensor(arg):
+            return None
+    if kwargs or {role for _, role in slots} != set(given):
+        return None
+
+    def call(**now: Tensor | None) -> None:
+        args = template.copy()
+        for i, role in slots:
+            args[i] = now[role]
+        kernel(*args)
+
+    return call
+
+
 class _Plan:
     """What a FlashAttention call of one signature (shapes, strides, dtypes, device and option
     values of its arguments, never tensor values) needs beside its tensors, derived once: the
@@ -324,6 +448,10 @@ class _Plan:
             forward = _fa4_forward()
             self.align = _fa4_out_alignment(out) if forward is not None else 0
             self.forward = forward if self.align else None
+        # FA4's kernel called directly (see _Recorder): decided at the plan's first call into out
+        capability = torch.cuda.get_device_capability(out.device) if out.is_cuda else _capability()
+        self.capture = self.forward is not None and not self.return_lse and capability in DIRECT_CAPABILITIES
+        self.direct = None
         self._kernels(block_table, seq_lens, query_start_loc, out, lse)
 
     def _kernels(self, block_table, seq_lens, query_start_loc, out, lse) -> None:
@@ -424,11 +552,21 @@ class _Plan:
 
 def _call(adapter: str, plan: _Plan, q, k, v, block_table, seq_lens, query_start_loc, qv, out, alibi_slopes, sinks):
     """One FlashAttention call: ``(o, lse in FA's layout or None)``; ``o`` is ``out`` when it is
-    given (FA4 writes into it), else FlashAttention's own buffer."""
+    given (FA4 writes into it: through its forward at the plan's first call, then through the
+    kernel that call ran where it can be replayed, ``_Plan.direct``), else FlashAttention's own
+    buffer."""
     if adapter == "fa4":
         if out is not None:
-            return plan.forward(q, k, v, qv=qv, cu_seqlens_q=query_start_loc, seqused_k=seq_lens,
-                                page_table=block_table, learnable_sink=sinks, out=out, **plan.forward_kwargs)[:2]
+            tensors = dict(q=q, k=k, v=v, qv=qv, cu_seqlens_q=query_start_loc, seqused_k=seq_lens,
+                           page_table=block_table, learnable_sink=sinks, out=out)
+            if plan.direct is not None:
+                plan.direct(**tensors)
+                return out, None
+            if not plan.capture:
+                return plan.forward(**tensors, **plan.forward_kwargs)[:2]
+            plan.capture = False
+            result, plan.direct = _recorded_forward(plan.forward, tensors, {**tensors, **plan.forward_kwargs})
+            return result[:2]
         res = plan.function(q, k, v, qv=qv, cu_seqlens_q=query_start_loc, seqused_k=seq_lens, page_table=block_table,
                             learnable_sink=sinks, **plan.public_kwargs)
         o, lse = res if isinstance(res, tuple) else (res, None)
