@@ -403,7 +403,10 @@ def fake_flash_attn_fwd(q, k, v, qv=None, cu_seqlens_q=None, max_seqlen_q=None, 
     semantics of ``fake_flash_attn_varlen_func``, written into ``out`` when given (FA4's output
     layout rule: contiguous last dimension, 16-byte aligned address and strides), rows past
     ``cu_seqlens_q[-1]`` left as they were; returns ``(out, lse, None, None, None)``."""
-    assert lse is None and not unused, unused
+    assert not unused, unused
+    if lse is not None:  # FA4's layout [H, T], float32, contiguous (its _validate_tensor)
+        assert return_lse and lse.shape == (q.shape[1], q.shape[0]) and lse.dtype == torch.float32
+        assert lse.is_contiguous()
     if out is not None:
         assert out.shape == (q.shape[0], q.shape[1], v.shape[-1]) and out.dtype == q.dtype
         assert out.stride(-1) == 1 and out.data_ptr() % 16 == 0
@@ -418,6 +421,9 @@ def fake_flash_attn_fwd(q, k, v, qv=None, cu_seqlens_q=None, max_seqlen_q=None, 
     else:
         real = int(cu_seqlens_q[-1])
         out[:real] = o[:real]
+    if lse is not None:
+        lse.copy_(s)
+        s = lse
     return out, s if return_lse else None, None, None, None
 
 
@@ -451,12 +457,12 @@ def fake_compiled_kernel(q, k, v, out, lse, scale, cu_seqlens_q, cu_seqlens_k, s
 def fake_compiling_forward(q, k, v, qv=None, cu_seqlens_q=None, max_seqlen_q=None, seqused_k=None, page_table=None,
                            softmax_scale=None, causal=False, window_size_left=None, window_size_right=None,
                            learnable_sink=None, softcap=None, return_lse=False, out=None, lse=None, **unused):
-    """FA4 4.0.0b36's ``_flash_attn_fwd`` as it reaches its kernel: the output (and LSE) it
+    """FA4 4.0.0b36's ``_flash_attn_fwd`` as it reaches its kernel: the output and LSE it
     allocates when not given, one compilation a key in ``fake_compiling_forward.compile_cache``,
     then ``compile_cache[key](*call_args)`` with detached inputs; ``SPLIT`` (a test's switch):
     the kernel writes a partial buffer of FA4's own, copied into ``out`` after it (as a split's
     combine does)."""
-    assert qv is None and lse is None and not unused, unused
+    assert qv is None and not unused, unused
     FAKE_CALLS.append(dict(causal=causal, window_size=(window_size_left, window_size_right), softcap=softcap,
                            scale=softmax_scale, out=None if out is None else out.data_ptr()))
     cache = fake_compiling_forward.compile_cache
@@ -466,7 +472,8 @@ def fake_compiling_forward(q, k, v, qv=None, cu_seqlens_q=None, max_seqlen_q=Non
         cache[key] = functools.partial(fake_compiled_kernel, causal=causal, softcap=softcap or 0.0)
     if out is None:
         out = torch.empty(q.shape[0], q.shape[1], v.shape[-1], dtype=q.dtype)
-    lse = torch.empty(q.shape[1], q.shape[0]) if return_lse else None
+    if lse is None and return_lse:
+        lse = torch.empty(q.shape[1], q.shape[0])
     target = torch.empty_like(out) if fake_compiling_forward.SPLIT else out
     cache[key](q.detach(), k.detach(), v.detach(), target.detach(), lse, softmax_scale, cu_seqlens_q, None, None,
                seqused_k, page_table, window_size_left, window_size_right, learnable_sink, None, FakeAux())
@@ -507,19 +514,21 @@ def _check_direct(batch, options, out, lse=None):
         assert_close(lse, truth_lse, dtype=BF16, reference=ref_lse, name="lse")
 
 
-def test_fa4_kernel_called_directly_after_the_first_call(monkeypatch):
+@pytest.mark.parametrize("with_lse", [False, True])
+def test_fa4_kernel_called_directly_after_the_first_call(with_lse, monkeypatch):
     """From a plan's second call on, the kernel FA4's forward ran at the first is called with each
     call's own tensors, without the forward: fresh inputs each call (new query, cache, lengths and
-    table values, new tensors), each output poisoned, each equal to the float64 loop."""
+    table values, new tensors), each output (and LSE) poisoned, each equal to the float64 loop."""
     _compiling_fa4_installed(monkeypatch)
     run = None
     for seed in range(4):
         batch, options = _direct_inputs(seed)
         out = torch.full((batch.query.shape[0], 4, 32), float("nan"), dtype=BF16)
-        args = (*batch.args(), out, None)
+        lse = torch.full((batch.query.shape[0], 4), float("nan")) if with_lse else None
+        args = (*batch.args(), out, lse)
         run = run or flash.prepare_paged_attention(*args, **options)  # one plan, as lowering.plan keeps it
         run(*args, options)
-        _check_direct(batch, options, out)
+        _check_direct(batch, options, out, lse)
     forwards = [c for c in FAKE_CALLS if c["out"] is not None]  # (the kernel's own entries have None)
     assert len(forwards) == 1 and KERNEL_CALLS == ["kernel"] * 4
 
@@ -527,10 +536,10 @@ def test_fa4_kernel_called_directly_after_the_first_call(monkeypatch):
 @pytest.mark.parametrize("why", ["split", "lse", "key_cache is value_cache", "sm100"])
 def test_fa4_forward_kept_where_the_kernel_call_cannot_be_replayed(why, monkeypatch):
     """The forward runs at every call where its kernel call took a tensor of FA4's own (a split's
-    partial buffer, the LSE it allocates), could not be told apart by role (one cache for keys
-    and values), or on a device where replaying was not verified (``flash.DIRECT_CAPABILITIES``);
-    the results stay right."""
-    _compiling_fa4_installed(monkeypatch, split=why == "split", capability=(10, 0) if why == "sm100" else (9, 0))
+    partial buffer; ``lse``: split with an LSE), could not be told apart by role (one cache for
+    keys and values), or on a device where replaying was not verified
+    (``flash.DIRECT_CAPABILITIES``); the results stay right."""
+    _compiling_fa4_installed(monkeypatch, split=why in ("split", "lse"), capability=(10, 0) if why == "sm100" else (9, 0))
     run = None
     for seed in range(3):
         batch, options = _direct_inputs(seed)
@@ -1001,13 +1010,14 @@ def test_flash_out_form_writes_in_place_cuda(with_lse, monkeypatch):
 
 
 @gpu_fa4
+@pytest.mark.parametrize("with_lse", [False, True])
 @pytest.mark.parametrize("fresh", ["values", "tensors"])
-def test_flash_repeated_calls_run_fa4_kernel_directly_cuda(fresh, monkeypatch):
+def test_flash_repeated_calls_run_fa4_kernel_directly_cuda(fresh, with_lse, monkeypatch):
     """Repeated ``paged_attention_out`` calls of one signature on FA4: the first runs FA4's
     forward, the later ones the kernel it ran, called directly (``flash._Recorder``); each call's
     inputs new (``values``: the same tensors refilled, as a CUDA-graph or a serving loop's static
-    buffers; ``tensors``: new tensors), its ``out`` poisoned, padding rows and a bad block id
-    included, each result equal to the reference."""
+    buffers; ``tensors``: new tensors), its ``out`` (and ``lse``) poisoned, padding rows and a bad
+    block id included, each result equal to the reference."""
     case = Case((1, 40, 1, 3, 1), (900, 300, 17, 500, 64), num_heads=8, num_kv_heads=2, head_size=128,
                 pad_tokens=5)
     forward = flash._fa4_forward()
@@ -1023,6 +1033,7 @@ def test_flash_repeated_calls_run_fa4_kernel_directly_cuda(fresh, monkeypatch):
     flash._PLANS.clear()
     batch, options = make_inputs(case, "cuda", seed=40)  # options (a plan's signature) kept throughout
     out = torch.empty(batch.query.shape[0], 8, 128, dtype=BF16, device="cuda")
+    lse = torch.empty(batch.query.shape[0], 8, device="cuda") if with_lse else None
     with pa.backend("flash"):
         for seed in range(41, 45):
             new, _ = make_inputs(case, "cuda", seed=seed)
@@ -1032,15 +1043,21 @@ def test_flash_repeated_calls_run_fa4_kernel_directly_cuda(fresh, monkeypatch):
                     mine.copy_(theirs)
             else:
                 batch, out = new, torch.empty_like(out)
+                lse = torch.empty_like(lse) if with_lse else None
             out.fill_(float("nan"))
-            pa.paged_attention_out(*batch.args(), out, None, **options)
+            if with_lse:
+                lse.fill_(float("nan"))
+            pa.paged_attention_out(*batch.args(), out, lse, **options)
             qsl = batch.query_start_loc.tolist()
             for rows in (slice(qsl[-1], out.shape[0]), slice(qsl[3], qsl[4])):  # padding, the bad sequence
                 assert torch.equal(out[rows], torch.zeros_like(out[rows]))
-            truth_out, _ = reference.attention(batch.query.float(), *batch.args()[1:], **options)
-            ref_out, _ = reference.attention(*batch.args(), **options)
+                assert lse is None or bool((lse[rows] == float("-inf")).all())
+            truth_out, truth_lse = reference.attention(batch.query.float(), *batch.args()[1:], **options)
+            ref_out, ref_lse = reference.attention(*batch.args(), **options)
             for good in (slice(0, qsl[3]), slice(qsl[4], qsl[5])):
                 assert_close(out[good], truth_out[good], dtype=BF16, reference=ref_out[good], name="out")
+                if with_lse:
+                    assert_close(lse[good], truth_lse[good], dtype=BF16, reference=ref_lse[good], name="lse")
     assert forwards == [1]
 
 

@@ -37,8 +37,8 @@ after FlashAttention's own buffer was copied over ``out`` (FA3 and FA2, the fall
 FA4 does not take). What a call of one signature needs beside its tensors (FlashAttention's fixed
 arguments, the kernels' launchers) is derived once (``_Plan``): at plan time for eager calls
 (``prepare_paged_attention``), at a signature's first run otherwise. From a plan's second call
-into ``out`` without an LSE, the kernel FA4 compiled for the signature is called directly, without
-FA4's forward and its 100-230 us of host time (``_Recorder``).
+into ``out``, the kernel FA4 compiled for the signature is called directly, without FA4's forward
+and its 100-230 us of host time (``_Recorder``).
 
 Graphs: the call goes through the private opaque op ``paged_attn::_flash_attention`` (a
 ``torch.library.custom_op`` that mutates exactly ``out`` and ``lse``, with a fake), so Inductor,
@@ -294,8 +294,9 @@ def _fa4_out_alignment(out: Tensor) -> int:
 # Every value it derives from a signature's shapes and options is the same at each call of a
 # ``_Plan``, so the plan's first call records that kernel call (``_Recorder``) and later calls make
 # it themselves with their own tensors (``_replayer``), where the recorded call passed nothing
-# but the call's own tensors: a split (FA4's partial buffers and combine), an LSE or a copied input
-# (FA4's own tensors) keeps FA4's forward at every call.
+# but the call's own tensors (an LSE included: ``_call`` gives FA4 a buffer of the call's own for
+# it): a split (FA4's partial buffers and combine) or a copied input (FA4's own tensors) keeps
+# FA4's forward at every call.
 
 # Where that is done: the compute capabilities on which the flash backend's GPU tests ran FA4's
 # kernel this way (sm_90: H100, FA4 4.0.0b36, tests/test_flash_backend.py, 2026-11-27,
@@ -450,7 +451,7 @@ class _Plan:
             self.forward = forward if self.align else None
         # FA4's kernel called directly (see _Recorder): decided at the plan's first call into out
         capability = torch.cuda.get_device_capability(out.device) if out.is_cuda else _capability()
-        self.capture = self.forward is not None and not self.return_lse and capability in DIRECT_CAPABILITIES
+        self.capture = self.forward is not None and capability in DIRECT_CAPABILITIES
         self.direct = None
         self._kernels(block_table, seq_lens, query_start_loc, out, lse)
 
@@ -558,10 +559,12 @@ def _call(adapter: str, plan: _Plan, q, k, v, block_table, seq_lens, query_start
     if adapter == "fa4":
         if out is not None:
             tensors = dict(q=q, k=k, v=v, qv=qv, cu_seqlens_q=query_start_loc, seqused_k=seq_lens,
-                           page_table=block_table, learnable_sink=sinks, out=out)
+                           page_table=block_table, learnable_sink=sinks, out=out, lse=None)
+            if plan.return_lse:  # FA4's LSE (its layout) into a buffer of the call's own, as out
+                tensors["lse"] = torch.empty(plan.src_shape, dtype=torch.float32, device=out.device)
             if plan.direct is not None:
                 plan.direct(**tensors)
-                return out, None
+                return out, tensors["lse"]
             if not plan.capture:
                 return plan.forward(**tensors, **plan.forward_kwargs)[:2]
             plan.capture = False
