@@ -17,7 +17,9 @@
 # logs/probe-eager.txt), `site overhead bench-b8` (logs/overhead-1/, logs/bench-b8/; no FlashInfer yet),
 # `stash-b`, `stash-fi site bench-attn` (logs/bench-attn/, copied to
 # ../paged_attention-NVIDIA-H100-80GB-HBM3-2026-11-27-f.*), `site overhead` (logs/overhead/, copied to
-# ../overhead-NVIDIA-H100-80GB-HBM3-2026-11-27-f.*). Each call wrote under $OUT/logs.
+# ../overhead-NVIDIA-H100-80GB-HBM3-2026-11-27-f.*); then, with the direct call taking an LSE too, a third
+# machine: `stash-a`, `stash-fa4 stage flash probe-eager` (logs/pytest-flash-lse.log,
+# logs/probe-eager-lse.txt), `site overhead` (logs/overhead-2/). Each call wrote under $OUT/logs.
 . "$(dirname "$0")/../gpu_run.sh"  # out (from $1), here, PYTHONPATH, t()
 site() { export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH; }
 while [ $# -gt 0 ]; do
