@@ -24,19 +24,8 @@
 . "$(dirname "$0")/../gpu_run.sh"  # out (from $1), here, PYTHONPATH, t()
 while [ $# -gt 0 ]; do
 part=$1; shift
+staging "$part" && continue  # ../gpu_run.sh
 case "$part" in
-stash-a) mkdir -p /root/stash && cp .fa4a1/* /root/stash/ && echo stashed fa4a1 ;;
-stash-b) mkdir -p /root/stash && cp .fibA/* /root/stash/ && echo stashed fibA ;;
-stash-c)
-    cat /root/stash/fa4part.aa .fa4a2/fa4part.ab > /root/stash/cutlass_ir.so.xz
-    cat /root/stash/fipart.aa .fibB/fipart.ab > "/root/stash/$(cat .fibB/name.txt)"
-    cp .fib2/*.whl /root/stash/ && rm -f /root/stash/fa4part.aa /root/stash/fipart.aa && ls -la /root/stash ;;
-stage)
-    bash .fa4b/install.sh > "$out/stage.log" 2>&1; echo "install.sh exit $?"
-    for w in /root/stash/*.whl; do
-        python3 -c "import zipfile,sys; zipfile.ZipFile(sys.argv[1]).extractall('/tmp/site')" "$w"
-    done
-    export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH ;;
 probe-deep) timeout 420 python3 "$here/probe_deep.py" > "$out/probe-deep.txt" 2>&1; grep -E "graph|copy|Error" "$out/probe-deep.txt" ;;
 probe-fill) timeout 400 python3 "$here/probe_fill.py" > "$out/probe-fill.txt" 2>&1; grep -E "graph|copy|Error" "$out/probe-fill.txt" ;;
 probe-pdl) timeout 400 python3 "$here/probe_pdl.py" > "$out/probe-pdl.txt" 2>&1; grep -E "graph|copy|Error" "$out/probe-pdl.txt" ;;

@@ -21,32 +21,14 @@
 # machine: `stash-a`, `stash-fa4 stage flash probe-eager` (logs/pytest-flash-lse.log,
 # logs/probe-eager-lse.txt), `site overhead` (logs/overhead-2/). Each call wrote under $OUT/logs.
 . "$(dirname "$0")/../gpu_run.sh"  # out (from $1), here, PYTHONPATH, t()
-site() { export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH; }
 while [ $# -gt 0 ]; do
 part=$1; shift
+staging "$part" && continue  # ../gpu_run.sh
 case "$part" in
-stash-a) mkdir -p /root/stash && cp .fa4a1/* /root/stash/ && echo stashed fa4a1 ;;
-stash-b) mkdir -p /root/stash && cp .fibA/* /root/stash/ && echo stashed fibA ;;
-stash-fa4) cat /root/stash/fa4part.aa .fa4a2/fa4part.ab > /root/stash/cutlass_ir.so.xz && rm -f /root/stash/fa4part.aa && ls -la /root/stash ;;
-stash-fi)  # carrying .fibB and .fib2 after stash-b: FlashInfer's wheels joined and unpacked into /tmp/site
-    cat /root/stash/fipart.aa .fibB/fipart.ab > "/root/stash/$(cat .fibB/name.txt)" && cp .fib2/*.whl /root/stash/ \
-        && rm -f /root/stash/fipart.aa && for w in /root/stash/*.whl; do
-        python3 -c "import zipfile,sys; zipfile.ZipFile(sys.argv[1]).extractall('/tmp/site')" "$w"; done; ls /root/stash ;;
 bench-attn)
     mkdir -p "$out/bench-attn"
     timeout 560 python3 benchmarks/paged_attention.py --out "$out/bench-attn" 2> "$out/bench-attn/progress.log" \
         | tee "$out/bench-attn/paged_attention.txt" | grep -E "torch_paged_attn|flashinfer|flash_attn_4|paired" | head -90 ;;
-stash-c)
-    cat /root/stash/fa4part.aa .fa4a2/fa4part.ab > /root/stash/cutlass_ir.so.xz
-    cat /root/stash/fipart.aa .fibB/fipart.ab > "/root/stash/$(cat .fibB/name.txt)"
-    cp .fib2/*.whl /root/stash/ && rm -f /root/stash/fa4part.aa /root/stash/fipart.aa && ls -la /root/stash ;;
-stage)
-    bash .fa4b/install.sh > "$out/stage.log" 2>&1; echo "install.sh exit $?"
-    for w in /root/stash/*.whl; do
-        python3 -c "import zipfile,sys; zipfile.ZipFile(sys.argv[1]).extractall('/tmp/site')" "$w"
-    done
-    site ;;
-site) site ;;
 attn) t attn 420 -n 10 -m "not fuzz" tests/test_triton_paged_attention.py tests/test_fast_launch.py \
         tests/test_compile_export.py tests/test_plan_cache.py tests/test_triton_merge.py ;;
 flash) t flash 400 -n 4 tests/test_flash_backend.py ;;
