@@ -296,7 +296,8 @@ def _fa4_out_alignment(out: Tensor) -> int:
 # it themselves with their own tensors (``_replayer``), where the recorded call passed nothing
 # but the call's own tensors (an LSE included: ``_call`` gives FA4 a buffer of the call's own for
 # it): a split (FA4's partial buffers and combine) or a copied input (FA4's own tensors) keeps
-# FA4's forward at every call.
+# FA4's forward at every call. What FA4 reads from the environment when it picks its kernel (its
+# logging level, scheduler defaults) is then read at the plan's first call only.
 
 # Where that is done: the compute capabilities on which the flash backend's GPU tests ran FA4's
 # kernel this way (sm_90: H100, FA4 4.0.0b36, tests/test_flash_backend.py, 2026-11-27,
