@@ -380,8 +380,8 @@ def _holds_tensor(value: Any, depth: int = 0) -> bool:
 
 
 def _replayer(calls: list, tensors: dict[str, Tensor | None]) -> Any:
-    """``call(**tensors)`` making the one recorded kernel call with another call's tensors of the
-    same roles, or None unless exactly one kernel call was recorded, each tensor it took is one
+    """``call(tensors)`` making the one recorded kernel call with another call's tensors of the
+    same roles (a dict as ``tensors``), or None unless exactly one kernel call was recorded, each tensor it took is one
     of ``tensors`` (by address, dtype, shape and strides: not a copy, not a buffer of FA4's own)
     and each of ``tensors`` reached it."""
     if len(calls) != 1:
@@ -401,7 +401,7 @@ def _replayer(calls: list, tensors: dict[str, Tensor | None]) -> Any:
     if kwargs or {role for _, role in slots} != set(given):
         return None
 
-    def call(**now: Tensor | None) -> None:
+    def call(now: dict[str, Tensor | None]) -> None:
         args = template.copy()
         for i, role in slots:
             args[i] = now[role]
@@ -451,8 +451,7 @@ class _Plan:
             self.align = _fa4_out_alignment(out) if forward is not None else 0
             self.forward = forward if self.align else None
         # FA4's kernel called directly (see _Recorder): decided at the plan's first call into out
-        capability = torch.cuda.get_device_capability(out.device) if out.is_cuda else _capability()
-        self.capture = self.forward is not None and capability in DIRECT_CAPABILITIES
+        self.capture = self.forward is not None and _device_capability(out.device) in DIRECT_CAPABILITIES
         self.direct = None
         self._kernels(block_table, seq_lens, query_start_loc, out, lse)
 
@@ -564,7 +563,7 @@ def _call(adapter: str, plan: _Plan, q, k, v, block_table, seq_lens, query_start
             if plan.return_lse:  # FA4's LSE (its layout) into a buffer of the call's own, as out
                 tensors["lse"] = torch.empty(plan.src_shape, dtype=torch.float32, device=out.device)
             if plan.direct is not None:
-                plan.direct(**tensors)
+                plan.direct(tensors)
                 return out, tensors["lse"]
             if not plan.capture:
                 return plan.forward(**tensors, **plan.forward_kwargs)[:2]
@@ -700,12 +699,16 @@ def cache_is_nhd(cache: Tensor) -> bool:
     return cache.stride(3) == 1 and (heads == 1 or cache.stride(2) == size) and cache.stride(1) == heads * size
 
 
-def _adapter(op: str, facts: dict, device: torch.device) -> str:
+def _device_capability(device: torch.device) -> tuple[int, int] | None:
+    """``device``'s compute capability; off CUDA, ``_capability()`` (the tests' fake FlashAttention
+    on CPU tensors sets it)."""
     if device.type == "cuda":
-        capability = torch.cuda.get_device_capability(device.index if device.index is not None else None)
-    else:  # the tests' fake FlashAttention on CPU tensors
-        capability = _capability()
-    name, reasons = pick(op, facts, capability)
+        return torch.cuda.get_device_capability(device.index if device.index is not None else None)
+    return _capability()
+
+
+def _adapter(op: str, facts: dict, device: torch.device) -> str:
+    name, reasons = pick(op, facts, _device_capability(device))
     if name is None:  # select() asked supports() first; reaching here is a bug
         raise RuntimeError(f"torch_paged_attn: FlashAttention cannot run {op}: {reasons}")
     return name

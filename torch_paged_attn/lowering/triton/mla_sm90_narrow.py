@@ -579,4 +579,3 @@ def constants(num_heads: int, block_q: int, pdl: bool, latent: int, fp8: bool) -
     n = rows(num_heads, block_q)
     return dict(HEADS=num_heads, BLOCK_Q=block_q, ROWS=n, WARPS=num_warps(n), STAGES=stages(n, latent, fp8),
                 num_warps=num_warps(n), **pdl_options(pdl))
-
