@@ -9,7 +9,7 @@
 # SM: the committed kernel; -x stopped at a test's stale expectation); 3 `attn probe` (PROBE=B256x1024
 # B128x2048 B512x512 B64x4096); 4 `fp8-tests fuzz`; 5 `fuzz-fp8 bench-decode` (same machine as 4); 6 `bench-fp8`,
 # then probe_fp8.py B64x4096 B256x1024 B64x4096 (same machine; stdout in logs/call6/probe-stdout.txt); on
-# 03ac0bf (the kernel off by default, tests switching it on), 7 `fuzz-fp8 attn`; 8 `place ncu-place`
+# the tree with the kernel switched off by default and tests switching it on (not kept), 7 `fuzz-fp8 attn`; 8 `place ncu-place`
 # (probe_place.py: eager timings on inputs allocated at four places, then Nsight Compute). The probe figures of
 # calls 1-3 and 6 are not per-call times (each graph captured its own estimate of the call count, both divided
 # by a third; probe_fp8.py now captures and divides by one count): see ../../RESULTS.md, fourteenth run.

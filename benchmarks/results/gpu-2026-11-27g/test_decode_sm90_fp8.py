@@ -1,4 +1,4 @@
-# Archived with decode_sm90_fp8.py (see its header); passed on an H100 on 03ac0bf (logs/call4, logs/call7).
+# Archived with decode_sm90_fp8.py (see its header); passed on an H100 with the kernel planned (logs/call4, logs/call7).
 """The Gluon sm_90 fp8 decode kernel (``lowering/triton/decode_sm90_fp8.py``).
 
 CPU tier: the planner's choice (which calls it takes, its grid, split plan and launch arguments)
