@@ -15,6 +15,7 @@
 # by a third; probe_fp8.py now captures and divides by one count): see ../../RESULTS.md, fourteenth run.
 # After call 8 the kernel left the package; it is archived here (decode_sm90_fp8.py, test_decode_sm90_fp8.py,
 # restore.diff), and the parts that need it (fp8-tests, fuzz-fp8, probe, place, ncu-place) need it restored.
+# Then, on the package as it stands, 9 `ncu-triton` (the Triton decode kernel, bf16 and e4m3, under Nsight Compute).
 . "$(dirname "$0")/../gpu_run.sh"  # out (from $1), here, PYTHONPATH, t()
 while [ $# -gt 0 ]; do
 part=$1; shift
@@ -45,6 +46,14 @@ ncu-place)  # the same kernels on inputs A and B under Nsight Compute (clocks le
     NCU=1 timeout 400 ncu --clock-control none -k "regex:_decode_fp8_kernel|_attention_kernel" \
         --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,lts__t_sectors_op_read.sum,lts__t_requests_op_read.sum,l1tex__m_xbar2l1tex_read_bytes.sum,sm__warps_active.avg.pct_of_peak_sustained_active \
         python3 "$here/probe_place.py" > "$out/ncu-place.txt" 2>&1; grep -E "key cache|_kernel|duration|dram__|lts__|xbar|warps_active" "$out/ncu-place.txt" | head -60 ;;
+ncu-triton)  # the package's Triton decode kernel, bf16 and fp8, B64 x 4096 (probe_ncu_triton.py), last call of each
+    timeout 400 ncu --clock-control none -k regex:_attention_kernel --launch-skip 1 --launch-count 1 \
+        --section SpeedOfLight --section SchedulerStats --section WarpStateStats --section Occupancy \
+        python3 "$here/probe_ncu_triton.py" > "$out/ncu-triton-bf16.txt" 2>&1
+    timeout 400 ncu --clock-control none -k regex:_attention_kernel --launch-skip 3 --launch-count 1 \
+        --section SpeedOfLight --section SchedulerStats --section WarpStateStats --section Occupancy \
+        python3 "$here/probe_ncu_triton.py" > "$out/ncu-triton-fp8.txt" 2>&1
+    for f in bf16 fp8; do echo "== $f"; grep -E "Duration|DRAM Throughput|Issue Slots Busy|Issued Warp|No Eligible|Active Warps Per|Eligible Warps|Warp Cycles Per Issued|Achieved Occupancy|Stall|Block Limit" "$out/ncu-triton-$f.txt" | head -30; done ;;
 *) echo "unknown part $part" ;;
 esac
 done
