@@ -15,7 +15,8 @@
 # by a third; probe_fp8.py now captures and divides by one count): see ../../RESULTS.md, fourteenth run.
 # After call 8 the kernel left the package; it is archived here (decode_sm90_fp8.py, test_decode_sm90_fp8.py,
 # restore.diff), and the parts that need it (fp8-tests, fuzz-fp8, probe, place, ncu-place) need it restored.
-# Then, on the package as it stands, 9 `ncu-triton` (the Triton decode kernel, bf16 and e4m3, under Nsight Compute).
+# Then, on the package as it stands, 9 `ncu-triton` (the Triton decode kernel, bf16 and e4m3, under Nsight Compute),
+# 10 `tune-fp8` (tune.py's attn_fp8 sweep, all 23 candidates).
 . "$(dirname "$0")/../gpu_run.sh"  # out (from $1), here, PYTHONPATH, t()
 while [ $# -gt 0 ]; do
 part=$1; shift
@@ -54,6 +55,10 @@ ncu-triton)  # the package's Triton decode kernel, bf16 and fp8, B64 x 4096 (pro
         --section SpeedOfLight --section SchedulerStats --section WarpStateStats --section Occupancy \
         python3 "$here/probe_ncu_triton.py" > "$out/ncu-triton-fp8.txt" 2>&1
     for f in bf16 fp8; do echo "== $f"; grep -E "Duration|DRAM Throughput|Issue Slots Busy|Issued Warp|No Eligible|Active Warps Per|Eligible Warps|Warp Cycles Per Issued|Achieved Occupancy|Stall|Block Limit" "$out/ncu-triton-$f.txt" | head -30; done ;;
+tune-fp8)  # tune.py's attn_fp8 sweep: every candidate of the fp8 decode tile, the Triton kernel
+    mkdir -p "$out/tune-fp8"
+    timeout 560 python3 benchmarks/tune.py --sweeps attn_fp8 --out "$out/tune-fp8" > "$out/tune-fp8/tune.txt" 2>&1
+    grep -E "attn_fp8|copy|Error" "$out/tune-fp8/tune.txt" | head -40 ;;
 *) echo "unknown part $part" ;;
 esac
 done
