@@ -336,19 +336,20 @@ class _Recorder:
         return record
 
 
-def _recorded_forward(forward: Any, tensors: dict[str, Tensor | None], kwargs: dict) -> tuple[Any, Any]:
-    """``forward(**kwargs)`` (FA4's ``_flash_attn_fwd``, or a wrapper of it), and the direct
-    caller of the compiled kernel it ran (``_replayer``; None where there is none to make)."""
+def _recorded_forward(forward: Any, tensors: dict[str, Tensor | None], options: dict) -> tuple[Any, Any]:
+    """``forward(**tensors, **options)`` (FA4's ``_flash_attn_fwd``, or a wrapper of it, on the
+    call's tensors by role and the plan's fixed arguments), and the direct caller of the compiled
+    kernel it ran (``_replayer``; None where there is none to make)."""
     try:
         owner = importlib.import_module("flash_attn.cute.interface")._flash_attn_fwd
         cache = owner.compile_cache
     except Exception:  # no compile cache to watch: FA4's forward at every call
-        return forward(**kwargs), None
+        return forward(**tensors, **options), None
     with _CAPTURE_LOCK:
         recorder = _Recorder(cache)
         owner.compile_cache = recorder
         try:
-            result = forward(**kwargs)
+            result = forward(**tensors, **options)
         finally:
             recorder.open = False
             if owner.compile_cache is recorder:
@@ -568,7 +569,7 @@ def _call(adapter: str, plan: _Plan, q, k, v, block_table, seq_lens, query_start
             if not plan.capture:
                 return plan.forward(**tensors, **plan.forward_kwargs)[:2]
             plan.capture = False
-            result, plan.direct = _recorded_forward(plan.forward, tensors, {**tensors, **plan.forward_kwargs})
+            result, plan.direct = _recorded_forward(plan.forward, tensors, plan.forward_kwargs)
             return result[:2]
         res = plan.function(q, k, v, qv=qv, cu_seqlens_q=query_start_loc, seqused_k=seq_lens, page_table=block_table,
                             learnable_sink=sinks, **plan.public_kwargs)
