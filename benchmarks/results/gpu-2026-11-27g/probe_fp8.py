@@ -57,32 +57,13 @@ for name in names:
     ga, gb = a[0](), b[0]()
     torch.cuda.synchronize()
     err = (ga.float() - gb.float()).abs().max().item()
-    # pair: the captured graphs keep each side's plan (SM90_FP8_DECODE flips at capture time only)
-    # both graphs capture the same number of calls, the one the times are divided by (the probe of
-    # calls 1-3 and 6 captured each graph with its own estimate of the count and divided both by a
-    # third: those figures are not per-call times, e.g. B256 x 1024 at 135.8 % of copy)
-    calls = H._graph_calls(a, False)
-    pa.SM90_FP8_DECODE = True
-    lowering._CHOICES.clear()
-    ga_graph = H._capture(a, calls)
-    pa.SM90_FP8_DECODE = False
-    lowering._CHOICES.clear()
-    gb_graph = H._capture(b, calls)
-    pa.SM90_FP8_DECODE = True
-    lowering._CHOICES.clear()
-    ev = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(60)] for _ in range(2)]
-    for k in range(60):
-        for side in ((0, 1) if k % 2 == 0 else (1, 0)):
-            st, en = ev[side][k]
-            st.record()
-            (ga_graph if side == 0 else gb_graph).replay()
-            en.record()
-    torch.cuda.synchronize()
-    us = [[x.elapsed_time(y) * 1e3 / calls for x, y in side] for side in ev]
-    ratios = sorted(tb / ta for ta, tb in zip(*us))
-    med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
-    gus, tus = med(us[0]), med(us[1])
+    # paired (_harness.bench_pair: one call count for both graphs, the samples alternated); each
+    # graph keeps the kernel its capture planned (the functions switch SM90_FP8_DECODE when called).
+    # Calls 1-3 and 6 ran a hand-written loop instead, which captured each graph with its own
+    # estimate of the call count and divided both by a third: those figures are not per-call times
+    # (B256 x 1024 at 135.8 % of copy)
+    r = H.bench_pair(a, b, dev)
     pct = lambda t: nbytes / (t * 1e-6) / 1e9 / copy_gbps * 100  # noqa: E731
-    print(f"{name}: gluon {gus:.1f} us ({pct(gus):.1f} % copy), triton {tus:.1f} us ({pct(tus):.1f} %), "
-          f"triton/gluon p50 {ratios[30]:.3f} (p20 {ratios[12]:.3f}, p80 {ratios[48]:.3f}); max |gluon - triton| {err:.3g}",
-          flush=True)
+    print(f"{name}: gluon {r['a_us']:.1f} us ({pct(r['a_us']):.1f} % copy), triton {r['b_us']:.1f} us "
+          f"({pct(r['b_us']):.1f} %), triton/gluon p50 {r['ratio_p50']:.3f} (p20 {r['ratio_p20']:.3f}, "
+          f"p80 {r['ratio_p80']:.3f}); max |gluon - triton| {err:.3g}", flush=True)

@@ -12,7 +12,7 @@
 # the tree with the kernel switched off by default and tests switching it on (not kept), 7 `fuzz-fp8 attn`; 8 `place ncu-place`
 # (probe_place.py: eager timings on inputs allocated at four places, then Nsight Compute). The probe figures of
 # calls 1-3 and 6 are not per-call times (each graph captured its own estimate of the call count, both divided
-# by a third; probe_fp8.py now captures and divides by one count): see ../../RESULTS.md, fourteenth run.
+# by a third; probe_fp8.py now times the pair with _harness.bench_pair): see ../../RESULTS.md, fourteenth run.
 # After call 8 the kernel left the package; it is archived here (decode_sm90_fp8.py, test_decode_sm90_fp8.py,
 # restore.diff), and the parts that need it (fp8-tests, fuzz-fp8, probe, place, ncu-place) need it restored.
 # Then, on the package as it stands, 9 `ncu-triton` (the Triton decode kernel, bf16 and e4m3, under Nsight Compute),
