@@ -16,7 +16,8 @@
 # After call 8 the kernel left the package; it is archived here (decode_sm90_fp8.py, test_decode_sm90_fp8.py,
 # restore.diff), and the parts that need it (fp8-tests, fuzz-fp8, probe, place, ncu-place) need it restored.
 # Then, on the package as it stands, 9 `ncu-triton` (the Triton decode kernel, bf16 and e4m3, under Nsight Compute),
-# 10 `tune-fp8` (tune.py's attn_fp8 sweep, all 23 candidates).
+# 10 `tune-fp8` (tune.py's attn_fp8 sweep, all 23 candidates); on 15dcf49 (flash._recorded_forward's arguments
+# reshaped), 11 `stash-a` and 12 `stash-fa4 stage flash` (logs/call12/pytest-flash.log).
 . "$(dirname "$0")/../gpu_run.sh"  # out (from $1), here, PYTHONPATH, t()
 while [ $# -gt 0 ]; do
 part=$1; shift
@@ -59,6 +60,7 @@ tune-fp8)  # tune.py's attn_fp8 sweep: every candidate of the fp8 decode tile, t
     mkdir -p "$out/tune-fp8"
     timeout 560 python3 benchmarks/tune.py --sweeps attn_fp8 --out "$out/tune-fp8" > "$out/tune-fp8/tune.txt" 2>&1
     grep -E "attn_fp8|copy|Error" "$out/tune-fp8/tune.txt" | head -40 ;;
+flash) t flash 400 -n 4 tests/test_flash_backend.py ;;
 *) echo "unknown part $part" ;;
 esac
 done
