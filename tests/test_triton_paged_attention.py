@@ -619,12 +619,12 @@ def test_softcap_huge_scores_interpreted() -> None:
     check_against_reference(batch, options, out, lse, FP32)
 
 
-def check_fp8_query_magnitudes(device: str, head_size: int) -> None:
+def check_fp8_query_magnitudes(device: str, head_size: int, q_lens=(1, 3, 1)) -> None:
     """bf16 queries far outside fp16's range (2^30) and near its floor (2^-30) over an fp8 cache:
     the kernel's fp16 dots rescale the query tile by a power of two, so the result is the
     reference's; the softmax scale compensates, keeping scores of order one."""
     for cache_dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
-        case = Case((1, 3, 1), (70, 40, 130), head_size=head_size, cache_dtype=cache_dtype)
+        case = Case(q_lens, (70, 40, 130), head_size=head_size, cache_dtype=cache_dtype)
         batch, options = make_inputs(case, device, seed=13)
         for factor in (2.0**30, 2.0**-30):
             batch.query = batch.query * factor
@@ -638,6 +638,110 @@ def check_fp8_query_magnitudes(device: str, head_size: int) -> None:
 @interpreter_tier
 def test_fp8_query_magnitudes_interpreted() -> None:
     check_fp8_query_magnitudes("cpu", 32)
+
+
+# -- the scores' dot batched over the warps (SCORE_WARPS; the fp8 decode tile's default) ---------
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+BATCHED = [
+    # the fp8 decode tile (D 128): kv_len 0, 1 key, one tile; scales other than 1
+    Case((1, 1, 1, 1), (300, 129, 1, 0), num_heads=8, num_kv_heads=2, head_size=128, cache_dtype=E4M3, sinks=True),
+    Case((1, 1, 1), (300, 2, 128), num_heads=16, num_kv_heads=2, head_size=128, cache_dtype=E5M2, dtype=FP16,
+         softcap=3.0, split_tokens=128),
+    Case((1, 1), (260, 77), num_heads=4, num_kv_heads=4, head_size=128, cache_dtype=E4M3, dtype=FP32,
+         window=(100, 0), with_lse=False),
+    # the other decode tiles batched too (64 keys a warp): every position rule and score option
+    Case((1, 1), (300, 40), num_heads=4, num_kv_heads=1, head_size=64, alibi=True, sinks=True, dtype=FP16,
+         window=(50, 0)),
+    Case((1, 1, 1), (600, 15, 140), num_heads=2, num_kv_heads=2, head_size=32, chunk=100, causal=False,
+         dtype=FP32, hint=True, split_tokens=256),
+    Case((1, 1), (200, 33), num_heads=4, num_kv_heads=1, head_size=64, block_size=8, strided="hnd",
+         split_tokens=256, with_lse=False),
+    Case((1, 1), (300, 64), num_heads=4, num_kv_heads=4, head_size=40, head_size_v=24, block_size=64,
+         window=(-1, 3), causal=False, hint=True),
+]
+
+
+def spy_score_warps(monkeypatch) -> list[int]:
+    """The ``SCORE_WARPS`` of every plan made from here on (``_score_warps``' answers)."""
+    chosen: list[int] = []
+    real = tpa._score_warps
+    monkeypatch.setattr(tpa, "_score_warps", lambda *a: chosen.append(real(*a)) or chosen[-1])
+    return chosen
+
+
+def check_batched_scores(case: Case, device: str, monkeypatch) -> None:
+    """Every decode tile with its scores' dot batched over the warps (the bf16 tiles' switch
+    turned on beside the fp8 tile's): the float64 loop's answer; with planted bad block ids, split
+    both ways."""
+    monkeypatch.setattr(tpa, "_DECODE_BATCHED_SCORES", True)
+    chosen = spy_score_warps(monkeypatch)
+    check_case(case, device)
+    assert chosen and set(chosen) == {4}, chosen
+    check_bad_block_ids(device, case, splits=(None, 128))
+
+
+@interpreter_tier
+@pytest.mark.parametrize("case", BATCHED, ids=lambda c: c.id)
+def test_batched_scores_interpreted(case: Case, monkeypatch) -> None:
+    check_batched_scores(case, "cpu", monkeypatch)
+
+
+def check_batched_scores_bitwise(device: str, monkeypatch, cases) -> None:
+    """With batched scores, the splits merged inside each program give the bits of the workspace
+    and the combine kernel, including a window whose first key falls inside a later split."""
+    monkeypatch.setattr(tpa, "_DECODE_BATCHED_SCORES", True)
+    chosen = spy_score_warps(monkeypatch)
+    for case in cases:
+        with monkeypatch.context() as m:
+            check_merge_paths_bitwise(device, case, m)
+    assert chosen and set(chosen) == {4}, chosen
+
+
+@interpreter_tier
+def test_batched_scores_merge_paths_bitwise_interpreted(monkeypatch) -> None:
+    check_batched_scores_bitwise("cpu", monkeypatch, [
+        Case((1, 1, 1), (700, 300, 5), num_heads=8, num_kv_heads=2, head_size=128, cache_dtype=E4M3, sinks=True,
+             split_tokens=256),
+        Case((1, 1, 1), (1300, 700, 65), head_size=64, window=(600, 0), split_tokens=256, dtype=FP16),
+    ])
+
+
+@interpreter_tier
+def test_batched_scores_batch_invariant_interpreted(monkeypatch) -> None:
+    monkeypatch.setattr(tpa, "_DECODE_BATCHED_SCORES", True)
+    chosen = spy_score_warps(monkeypatch)
+    check_batch_invariance("cpu", (3,), kv_len=600, max_other=700, split=256)
+    assert chosen and set(chosen) == {4}, chosen
+
+
+@interpreter_tier
+def test_batched_scores_nan_scale_interpreted(monkeypatch) -> None:
+    chosen = spy_score_warps(monkeypatch)
+    check_nan_scale("cpu", Case((1, 1, 1, 1), (200, 9, 5, 0), num_heads=8, num_kv_heads=2, head_size=128,
+                                cache_dtype=E4M3, hint=True))
+    assert chosen and set(chosen) == {4}, chosen
+
+
+@interpreter_tier
+def test_fp8_query_magnitudes_batched_scores_interpreted(monkeypatch) -> None:
+    """The batched dot's query tile is rescaled in bf16 on the GPU (exact: a power of two), in
+    float32 in the interpreter; either way queries of 2^30 and 2^-30 give the reference's answer."""
+    chosen = spy_score_warps(monkeypatch)
+    check_fp8_query_magnitudes("cpu", 128, q_lens=(1, 1, 1))
+    assert chosen and set(chosen) == {4}, chosen
+
+
+def test_score_warps_planned() -> None:
+    """Batched where the fp8 decode tile is (its warps, on 16 rows); one dot for the bf16 tiles,
+    prefill, wider row blocks, or fewer than 16 keys a warp."""
+    g = tpa._score_warps
+    assert tpa._FP8_DECODE_BATCHED_SCORES and not tpa._DECODE_BATCHED_SCORES
+    assert g(True, True, 16, 128, 4) == 4
+    assert g(True, False, 16, 128, 4) == 1  # bf16 decode (the default)
+    assert g(False, True, 16, 128, 4) == 1  # prefill
+    assert g(True, True, 32, 128, 4) == 1  # 32 query heads a kv head: 32 rows
+    assert g(True, True, 16, 32, 4) == 1  # 8 keys a warp
+    assert g(True, True, 16, 128, 8) == 8
 
 
 # -- GPU tier ----------------------------------------------------------------------------------
@@ -790,6 +894,45 @@ def test_attention_fuzz_cuda(family: int) -> None:
             check_case(case, "cuda")
         except AssertionError as e:
             raise AssertionError(f"fuzz seed {seed}: {case.id}: {e}") from e
+
+
+BATCHED_CUDA = BATCHED + [
+    Case((1,) * 6, (4100, 1, 16, 700, 2100, 0), num_heads=32, num_kv_heads=8, head_size=128, cache_dtype=E4M3),
+    Case((1,) * 4, (3000, 129, 4096, 17), num_heads=8, num_kv_heads=8, head_size=128, cache_dtype=E5M2,
+         block_size=64, sinks=True, softcap=30.0, alibi=True, window=(1000, 0), split_tokens=512),
+    Case((1,) * 4, (3000, 129, 4096, 17), num_heads=16, num_kv_heads=1, head_size=128, cache_dtype=E4M3,
+         strided="hnd", chunk=1024, split_tokens=1024, pad_tokens=3, hint=True),
+]
+
+
+@gpu_tier
+@pytest.mark.parametrize("case", BATCHED_CUDA, ids=lambda c: c.id)
+def test_batched_scores_cuda(case: Case, monkeypatch) -> None:
+    check_batched_scores(case, "cuda", monkeypatch)
+
+
+@gpu_tier
+def test_batched_scores_merge_paths_bitwise_cuda(monkeypatch) -> None:
+    check_batched_scores_bitwise("cuda", monkeypatch, [
+        Case((1, 1, 1, 1), (3000, 2000, 5, 800), num_heads=16, num_kv_heads=4, head_size=128, cache_dtype=E4M3,
+             sinks=True, split_tokens=512),
+        Case((1, 1, 1), (5000, 700, 65), head_size=64, window=(2100, 0), split_tokens=1024, dtype=BF16),
+    ])
+
+
+@gpu_tier
+def test_batched_scores_batch_invariant_cuda(monkeypatch) -> None:
+    monkeypatch.setattr(tpa, "_DECODE_BATCHED_SCORES", True)
+    chosen = spy_score_warps(monkeypatch)
+    check_batch_invariance("cuda", (7, 64), kv_len=3000, max_other=5000, split=None)
+    assert chosen and set(chosen) == {4}, chosen
+
+
+@gpu_tier
+def test_fp8_query_magnitudes_batched_scores_cuda(monkeypatch) -> None:
+    chosen = spy_score_warps(monkeypatch)
+    check_fp8_query_magnitudes("cuda", 128, q_lens=(1, 1, 1))
+    assert chosen and set(chosen) == {4}, chosen
 
 
 @gpu_tier

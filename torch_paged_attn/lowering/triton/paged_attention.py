@@ -10,7 +10,8 @@ search; slots past a sequence's tokens exit, the last ones zero the padding rows
 (x head group when Hq/Hkv > 64), axis 2 kv split; decode swaps axes 0 and 1 (``_DECODE_GRID``:
 the programs resident at once then read neighbouring heads of the same pages). The M dimension
 of each ``tl.dot`` is ``BLOCK_Q`` tokens x the query heads of one kv head, so every K/V tile is
-loaded once for them all.
+loaded once for them all; the fp8 decode tile computes its scores as one such dot a warp, over the
+warp's share of the tile's keys (``SCORE_WARPS``, ``_FP8_DECODE_BATCHED_SCORES``).
 Layouts: query/out ``[T, Hq, D]``, caches ``[NB, BS, Hkv, D]`` (any strides, last one 1).
 Block-table lookup, per tile of ``TILE_N`` key positions ``j`` (ids fetched one tile ahead)::
 
@@ -81,6 +82,20 @@ _DECODE_CONFIGS = {
 _FP8_DECODE_CONFIGS = {
     128: (16, 128, 4, 3, 4),
 }
+# The scores' dot of the fp8 decode tile batched over the warps (``SCORE_WARPS``, ``_score_warps``):
+# each warp multiplies the 16 query rows by its own TILE_N / 4 keys, the query tile broadcast to
+# the four. Triton then keeps the query operand in registers across the key loop, where the one
+# 16 x TILE_N dot (warps along the keys, each needing the whole query tile) reloads it from shared
+# memory every tile: sm_90 SASS of B64 x 4096 e4m3 (Triton 3.6, benchmarks/sass_report.py), 38
+# LDS.64 and 237 register moves a 128-key tile, 1104 instructions against 1033, 104 KiB of shared
+# memory against 100; Nsight Compute put 27 % of the warps' stall samples on those moves and loads
+# (results/gpu-2026-11-27h/logs/call4). H100, 2026-11-27, CUDA-graph replays alternated
+# (results/gpu-2026-11-27h/logs/call6, probe_qb_shapes.py), one dot -> batched, us: e4m3 B64 x 4096
+# 208.4 -> 200.6 (87.6 -> 91.0 % of copy), B256 x 1024 229.8 -> 224.3, B8 x 8192 Hq64 65.7 -> 65.0,
+# B1 x 32768 43.7 -> 43.5. The bf16 tiles gain nothing (B64 x 4096 358.2 -> 357.4, B1 x 32768 54.2
+# -> 54.9, MHA B32 x 2048 355.9 -> 357.6): one dot there (_DECODE_BATCHED_SCORES).
+_FP8_DECODE_BATCHED_SCORES = True
+_DECODE_BATCHED_SCORES = False
 _PREFILL_CONFIGS = {
     16: (128, 64, 8, 3, 1),
     32: (128, 64, 8, 3, 1),
@@ -376,6 +391,7 @@ def _attention_kernel(
     ONE_SPLIT: tl.constexpr,  # at most one split, merged in the program (no workspace)
     USE_PDL: tl.constexpr,  # the combine kernel may launch once the key loop is done (_PDL)
     HEADS_FASTEST: tl.constexpr,  # grid (kv head x head group, query block, split) (_DECODE_GRID)
+    SCORE_WARPS: tl.constexpr,  # the scores' dot batched over this many warps (1: one dot; _score_warps)
 ):
     tl.static_assert(BLOCK_M >= 16 and TILE_N >= 16 and D_PAD >= 16 and DV_PAD >= 16)
     tl.static_assert(BLOCK_Q * HEADS <= BLOCK_M and BLOCK_Q >= 1)
@@ -438,7 +454,15 @@ def _attention_kernel(
         v_scale = tl.load(v_scale_ptr)
         if q.dtype == tl.bfloat16:  # dots in fp16, fp8's one-instruction conversion target
             q_unit = _fp16_exponent(_abs_max(q))
-            q = (q.to(tl.float32) / q_unit).to(tl.float16)
+            if SCORE_WARPS > 1 and not DOT_UPCAST:
+                # The same tile (a power of two times bf16 is exact in bf16), loaded again: Triton
+                # moves the query operand's layout change up to a load only through casts and
+                # bf16 arithmetic, not through the float32 division or an operand ``_abs_max`` reads,
+                # and would otherwise keep the operand in shared memory (see SCORE_WARPS).
+                q = _load_rows(query_ptr, q_rows, offs_d, row_ok, HEAD_SIZE, D_PAD)
+                q = (q * tl.cast(1.0 / q_unit, tl.bfloat16)).to(tl.float16)
+            else:  # (the interpreter's bf16 arithmetic is wrong: DOT_UPCAST)
+                q = (q.to(tl.float32) / q_unit).to(tl.float16)
             qk_scale = qk_scale * q_unit
     if not (USE_SOFTCAP or USE_ALIBI):
         qk_scale = qk_scale * LOG2E
@@ -512,6 +536,8 @@ def _attention_kernel(
     # issued in the same iteration would add a second memory latency to every tile.
     next_block = _load_block_ids(block_table_ptr + seq * stride_bt_seq, stride_bt_block, lo, seq_len,
                                  max_blocks, BLOCK_SIZE, TILE_N)
+    if SCORE_WARPS > 1:  # the query tile once per warp: [SCORE_WARPS, BLOCK_M, D_PAD]
+        q_w = tl.broadcast_to(q[None, :, :], [SCORE_WARPS, BLOCK_M, D_PAD])
     for start in range(lo, hi, TILE_N):
         if not WRITE_PARTIAL and not ONE_SPLIT:
             if start >= boundary:  # the first tile of the next split
@@ -538,7 +564,12 @@ def _attention_kernel(
         k = k.to(q.dtype)  # fp32 queries: exact too
 
         # -- scores: scale, softcap, ALiBi, mask (log2 domain): [BLOCK_M, TILE_N] --
-        s = _dot(q, tl.trans(k), None, DOT_PRECISION, DOT_UPCAST) * qk_scale
+        if SCORE_WARPS > 1:  # warp w: the keys w * KEYS .. (w + 1) * KEYS - 1, KEYS = TILE_N / SCORE_WARPS
+            k_w = tl.reshape(k, [SCORE_WARPS, TILE_N // SCORE_WARPS, D_PAD])
+            s_w = _dot(q_w, tl.trans(k_w, (0, 2, 1)), None, DOT_PRECISION, DOT_UPCAST)
+            s = tl.reshape(tl.permute(s_w, (1, 0, 2)), [BLOCK_M, TILE_N]) * qk_scale
+        else:
+            s = _dot(q, tl.trans(k), None, DOT_PRECISION, DOT_UPCAST) * qk_scale
         if USE_SOFTCAP:
             # softcap * tanh(s / softcap), tanh(|x|) = (1 - e) / (1 + e) with e = exp(-2|x|) in
             # (0, 1]: no overflow for any score.
@@ -966,6 +997,8 @@ def prepare_paged_attention(
         DOT_UPCAST=query.dtype == torch.bfloat16 and _interpreted(),
         ONE_SPLIT=split_tokens == _NO_SPLIT and not write_partial, USE_PDL=pdl,
         HEADS_FASTEST=heads_fastest,
+        SCORE_WARPS=_score_warps(decode, is_fp8 and max(d_pad, dv_pad) in _FP8_DECODE_CONFIGS, block_m, tile_n,
+                                 num_warps),
         num_warps=num_warps, num_stages=num_stages,
     )
     combine_grid, blocking = _combine_blocking(num_tokens, num_heads, dv_pad, num_splits, device)
@@ -1009,6 +1042,16 @@ def prepare_paged_attention(
         )
 
     return run
+
+
+def _score_warps(decode: bool, fp8_tile: bool, block_m: int, tile_n: int, num_warps: int) -> int:
+    """``SCORE_WARPS`` of a tile: its warps where the scores' dot is batched over them
+    (``_FP8_DECODE_BATCHED_SCORES`` for the fp8 decode tile, ``_DECODE_BATCHED_SCORES`` for the
+    others), on 16-row tiles whose warps keep 16 keys or more each (a dot's minimum); else 1."""
+    batched = _FP8_DECODE_BATCHED_SCORES if fp8_tile else _DECODE_BATCHED_SCORES
+    if decode and batched and block_m == 16 and tile_n % num_warps == 0 and tile_n // num_warps >= 16:
+        return num_warps
+    return 1
 
 
 def _nothing(*args) -> None:
