@@ -106,6 +106,12 @@ SWEEPS = {
         (16, 128, 4, 1, 2), (16, 128, 4, 1, 4), (16, 64, 4, 1, 4), (16, 256, 4, 1, 2),
         # 8 warps and a third or fourth stage
         (16, 128, 8, 3, 2), (16, 128, 8, 3, 1), (16, 128, 8, 4, 1), (16, 128, 4, 4, 2), (16, 256, 8, 3, 1))),
+    # the fp8 tile with its scores batched over the warps (the default since the fifteenth run): the
+    # candidates that keep 16 keys or more a warp, and 8 warps (16 keys a warp). Not yet run whole;
+    # results/gpu-2026-11-27h/probe_tiles.py measured three of them against the first, all slower
+    "attn_fp8_batched": Sweep("decode_fp8_B64_ctx4096", attn_kernel._FP8_DECODE_CONFIGS, 128, (
+        (16, 128, 4, 3, 4), (16, 128, 8, 3, 2), (16, 128, 8, 2, 2), (16, 256, 4, 2, 2), (16, 256, 8, 2, 2),
+        (16, 256, 8, 3, 1), (16, 64, 4, 3, 4), (16, 128, 4, 2, 2))),
     "attn_b1": Sweep("decode_B1_ctx32768", _ATTN_DECODE, 128, (
         (16, 128, 4, 2, 2), (16, 128, 4, 2, 1), (16, 128, 4, 2, 3), (16, 128, 4, 2, 4), (16, 64, 4, 3, 2),
         (16, 64, 4, 3, 4), (16, 128, 4, 3, 2), (16, 256, 4, 2, 2))),

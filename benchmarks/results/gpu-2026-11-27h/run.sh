@@ -12,7 +12,8 @@
 #   4 `ncu-fp8 groups-on`, then `TAG=-groups ncu-fp8 groups-off`, on bd9efba;
 #   5 `qb`, 6 `qb-shapes`: the scores' dot batched over the warps, behind a switch then named _QB;
 #   7 `attn fuzz` and 8 `bench-fp8 fuzz-short` on the final tree (fp8 decode batched by default); call 7's
-#     fuzz stopped at the call's 600 s after 38 of its 40 families had passed, call 8's passed all 40.
+#     fuzz stopped at the call's 600 s after 38 of its 40 families had passed, call 8's passed all 40;
+#   9 `tiles` (probe_tiles.py: three other tiles with batched scores, all slower).
 #   Call 4's -details.txt files are committed gzipped; logs/call4/stalls.txt is ncu_stalls.py on its -sass.csv.gz.
 #   Call 8's bench-fp8/ folder did not come back from the machine (left out for its depth): its stdout is
 #   logs/call8/bench-fp8-stdout.txt.
@@ -51,6 +52,11 @@ bench-fp8)  # the fp8 decode shape alone (default, batch-invariant and auto), th
     timeout 200 python3 benchmarks/paged_attention.py --shapes decode_fp8 --out "$out/bench-fp8" --contenders torch_paged_attn \
         2> "$out/bench-fp8/progress.log" | tee "$out/bench-fp8/paged_attention.txt" | grep -E "torch_paged_attn|copy" | head -20 ;;
 fuzz-short) t fuzz 290 -n 14 -m fuzz tests/test_triton_paged_attention.py ;;
+tiles) timeout 200 python3 "$here/probe_tiles.py" > "$out/tiles.txt" 2>&1; grep -v Warn "$out/tiles.txt" | tail -6 ;;
+tune-fp8b)  # tune.py's attn_fp8_batched sweep (the fp8 tile's candidates with batched scores)
+    mkdir -p "$out/tune-fp8b"
+    timeout 240 python3 benchmarks/tune.py --sweeps attn_fp8_batched --out "$out/tune-fp8b" > "$out/tune-fp8b.txt" 2>&1
+    grep -E "attn_fp8|copy|Error" "$out/tune-fp8b.txt" | head -30 ;;
 bench-attn)
     mkdir -p "$out/bench-attn"
     timeout 560 python3 benchmarks/paged_attention.py --out "$out/bench-attn" 2> "$out/bench-attn/progress.log" \
