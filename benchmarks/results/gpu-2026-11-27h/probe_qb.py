@@ -1,57 +1,16 @@
 """fp8 decode B64 x 4096: the scores of each warp's 32 keys by a batched dot over the warps (4: the
 query tile then stays in registers, where the 16 x 128 dot reloads it from shared memory every tile)
-against one dot (1), CUDA-graph replays alternated (``_harness.bench_pair``). Call 5 ran it with the
-switch then named ``_QB``; the package's is ``_FP8_DECODE_BATCHED_SCORES``, which this sets.
+against one dot (1) (``_variants.compare``). Call 5 ran it with the switch then named ``_QB``; the
+package's is ``_FP8_DECODE_BATCHED_SCORES``, which this sets.
 
     python3 probe_qb.py
 """
 
-import math
-import os
-import sys
-
-import torch
-
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-sys.path[:0] = [os.path.join(ROOT, "benchmarks"), ROOT]
-import _harness as H  # noqa: E402
-import paged_attention as bench  # noqa: E402
-
-import torch_paged_attn as tpa  # noqa: E402
-from torch_paged_attn import lowering  # noqa: E402
-from torch_paged_attn.lowering.triton import paged_attention as pa  # noqa: E402
-
-dev = torch.device("cuda")
-s = next(s for s in bench.SHAPES if s.name == "decode_fp8_B64_ctx4096")
-copy_gbps, _ = H.copy_bandwidth(dev)
-print(f"copy {copy_gbps:.0f} GB/s", flush=True)
-PLANNED = 1
-CANDIDATES = [4]
-state = {"cfg": None}
+from _variants import FP8_B64, compare, copy_bandwidth, pa, shape
 
 
-def fns(copies, cfg):
-    def make(b):
-        def run():
-            if state["cfg"] != cfg:
-                state["cfg"] = cfg
-                pa._FP8_DECODE_BATCHED_SCORES = cfg == 4
-                lowering._CHOICES.clear()
-            return tpa.paged_attention(*b.args(), scale=1.0 / math.sqrt(s.head_size), causal=True,
-                                       k_scale=b.k_scale, v_scale=b.v_scale, max_query_len=1)[0]
-        return run
-    return [make(b) for b in copies]
+def apply(warps) -> None:
+    pa._FP8_DECODE_BATCHED_SCORES = warps == 4
 
 
-nbytes, _ = bench.attention_bytes(s)
-copies = [bench.paged_inputs(s, dev, i) for i in range(H.rotations(nbytes, dev))]
-pct = lambda t: nbytes / (t * 1e-6) / 1e9 / copy_gbps * 100  # noqa: E731
-for cfg in CANDIDATES:
-    a, b = fns(copies, cfg), fns(copies, PLANNED)
-    ga, gb = a[0](), b[0]()
-    torch.cuda.synchronize()
-    err = (ga.float() - gb.float()).abs().max().item()
-    r = H.bench_pair(a, b, dev)
-    print(f"{cfg}: {r['a_us']:.1f} us ({pct(r['a_us']):.1f} % copy), planned {r['b_us']:.1f} us "
-          f"({pct(r['b_us']):.1f} %), planned/candidate p50 {r['ratio_p50']:.3f} (p20 {r['ratio_p20']:.3f}, "
-          f"p80 {r['ratio_p80']:.3f}); max |candidate - planned| {err:.3g}", flush=True)
+compare("4", shape(FP8_B64), copy_bandwidth(), 4, 1, apply)

@@ -14,6 +14,8 @@
 #   7 `attn fuzz` and 8 `bench-fp8 fuzz-short` on the final tree (fp8 decode batched by default); call 7's
 #     fuzz stopped at the call's 600 s after 38 of its 40 families had passed, call 8's passed all 40;
 #   9 `tiles` (probe_tiles.py: three other tiles with batched scores, all slower).
+#   After the run the probes' shared code moved to _variants.py (the same calls, timing and output; imports
+#   checked on the CPU, not re-run on a GPU: the session's device time was spent).
 #   Call 4's -details.txt files are committed gzipped; logs/call4/stalls.txt is ncu_stalls.py on its -sass.csv.gz.
 #   Call 8's bench-fp8/ folder did not come back from the machine (left out for its depth): its stdout is
 #   logs/call8/bench-fp8-stdout.txt.
