@@ -731,6 +731,17 @@ def test_fp8_query_magnitudes_batched_scores_interpreted(monkeypatch) -> None:
     assert chosen and set(chosen) == {4}, chosen
 
 
+@interpreter_tier
+def test_batched_scores_prefill_tokens_batch_invariant_interpreted(monkeypatch) -> None:
+    """Batch-invariant mode runs prefill tokens through the decode tile too: several tokens a
+    16-row block (4 tokens x 4 heads here), causal within the block, with the scores batched."""
+    chosen = spy_score_warps(monkeypatch)
+    with _config.batch_invariant():
+        check_case(Case((3, 1, 5, 0), (200, 70, 130, 9), num_heads=8, num_kv_heads=2, head_size=128,
+                        cache_dtype=E4M3, sinks=True, pad_tokens=2), "cpu")
+    assert chosen and set(chosen) == {4}, chosen
+
+
 def test_score_warps_planned() -> None:
     """Batched where the fp8 decode tile is (its warps, on 16 rows); one dot for the bf16 tiles,
     prefill, wider row blocks, or fewer than 16 keys a warp."""
