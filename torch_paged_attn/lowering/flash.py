@@ -382,9 +382,9 @@ def _holds_tensor(value: Any, depth: int = 0) -> bool:
 
 def _replayer(calls: list, tensors: dict[str, Tensor | None]) -> Any:
     """``call(tensors)`` making the one recorded kernel call with another call's tensors of the
-    same roles (a dict as ``tensors``), or None unless exactly one kernel call was recorded, each tensor it took is one
-    of ``tensors`` (by address, dtype, shape and strides: not a copy, not a buffer of FA4's own)
-    and each of ``tensors`` reached it."""
+    same roles (a dict as ``tensors``), or None unless exactly one kernel call was recorded, each
+    tensor it took is one of ``tensors`` (by address, dtype, shape and strides: not a copy, not a
+    buffer of FA4's own) and each of ``tensors`` reached it."""
     if len(calls) != 1:
         return None
     kernel, args, kwargs = calls[0]

@@ -911,9 +911,8 @@ def prepare_paged_attention(
                 max_query_len=max_query_len,
             )
     d_pad, dv_pad = _tile_pads(head_size, head_size_v)
-    configs = _DECODE_CONFIGS if decode else _PREFILL_CONFIGS
-    if decode and key_cache.dtype in _FP8:
-        configs = {**configs, **_FP8_DECODE_CONFIGS}
+    fp8_tile = decode and key_cache.dtype in _FP8 and max(d_pad, dv_pad) in _FP8_DECODE_CONFIGS
+    configs = _FP8_DECODE_CONFIGS if fp8_tile else _DECODE_CONFIGS if decode else _PREFILL_CONFIGS
     block_m, tile_n, num_warps, num_stages, programs_per_sm = configs[max(d_pad, dv_pad)]
     if not decode and max_query_len > 0:  # short queries (speculative decoding): fewer empty rows
         block_m = min(block_m, _pad(max_query_len * heads))
@@ -997,8 +996,7 @@ def prepare_paged_attention(
         DOT_UPCAST=query.dtype == torch.bfloat16 and _interpreted(),
         ONE_SPLIT=split_tokens == _NO_SPLIT and not write_partial, USE_PDL=pdl,
         HEADS_FASTEST=heads_fastest,
-        SCORE_WARPS=_score_warps(decode, is_fp8 and max(d_pad, dv_pad) in _FP8_DECODE_CONFIGS, block_m, tile_n,
-                                 num_warps),
+        SCORE_WARPS=_score_warps(decode, fp8_tile, block_m, tile_n, num_warps),
         num_warps=num_warps, num_stages=num_stages,
     )
     combine_grid, blocking = _combine_blocking(num_tokens, num_heads, dv_pad, num_splits, device)
