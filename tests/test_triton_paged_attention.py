@@ -14,6 +14,7 @@ ids, the public op under torch.compile).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import zlib
@@ -661,22 +662,26 @@ BATCHED = [
 ]
 
 
-def spy_score_warps(monkeypatch) -> list[int]:
-    """The ``SCORE_WARPS`` of every plan made from here on (``_score_warps``' answers)."""
+@contextlib.contextmanager
+def batched_scores(monkeypatch, every_tile: bool = False):
+    """Inside the block, every plan must batch its scores over 4 warps (``_score_warps``' answers
+    are recorded and checked at the end, at least one plan made); ``every_tile``: the bf16 tiles'
+    switch (``_DECODE_BATCHED_SCORES``) turned on beside the fp8 tile's."""
+    if every_tile:
+        monkeypatch.setattr(tpa, "_DECODE_BATCHED_SCORES", True)
     chosen: list[int] = []
     real = tpa._score_warps
     monkeypatch.setattr(tpa, "_score_warps", lambda *a: chosen.append(real(*a)) or chosen[-1])
-    return chosen
+    yield
+    assert chosen and set(chosen) == {4}, chosen
 
 
 def check_batched_scores(case: Case, device: str, monkeypatch) -> None:
     """Every decode tile with its scores' dot batched over the warps (the bf16 tiles' switch
     turned on beside the fp8 tile's): the float64 loop's answer; with planted bad block ids, split
     both ways."""
-    monkeypatch.setattr(tpa, "_DECODE_BATCHED_SCORES", True)
-    chosen = spy_score_warps(monkeypatch)
-    check_case(case, device)
-    assert chosen and set(chosen) == {4}, chosen
+    with batched_scores(monkeypatch, every_tile=True):
+        check_case(case, device)
     check_bad_block_ids(device, case, splits=(None, 128))
 
 
@@ -689,12 +694,10 @@ def test_batched_scores_interpreted(case: Case, monkeypatch) -> None:
 def check_batched_scores_bitwise(device: str, monkeypatch, cases) -> None:
     """With batched scores, the splits merged inside each program give the bits of the workspace
     and the combine kernel, including a window whose first key falls inside a later split."""
-    monkeypatch.setattr(tpa, "_DECODE_BATCHED_SCORES", True)
-    chosen = spy_score_warps(monkeypatch)
-    for case in cases:
-        with monkeypatch.context() as m:
-            check_merge_paths_bitwise(device, case, m)
-    assert chosen and set(chosen) == {4}, chosen
+    with batched_scores(monkeypatch, every_tile=True):
+        for case in cases:
+            with monkeypatch.context() as m:
+                check_merge_paths_bitwise(device, case, m)
 
 
 @interpreter_tier
@@ -708,38 +711,32 @@ def test_batched_scores_merge_paths_bitwise_interpreted(monkeypatch) -> None:
 
 @interpreter_tier
 def test_batched_scores_batch_invariant_interpreted(monkeypatch) -> None:
-    monkeypatch.setattr(tpa, "_DECODE_BATCHED_SCORES", True)
-    chosen = spy_score_warps(monkeypatch)
-    check_batch_invariance("cpu", (3,), kv_len=600, max_other=700, split=256)
-    assert chosen and set(chosen) == {4}, chosen
+    with batched_scores(monkeypatch, every_tile=True):
+        check_batch_invariance("cpu", (3,), kv_len=600, max_other=700, split=256)
 
 
 @interpreter_tier
 def test_batched_scores_nan_scale_interpreted(monkeypatch) -> None:
-    chosen = spy_score_warps(monkeypatch)
-    check_nan_scale("cpu", Case((1, 1, 1, 1), (200, 9, 5, 0), num_heads=8, num_kv_heads=2, head_size=128,
-                                cache_dtype=E4M3, hint=True))
-    assert chosen and set(chosen) == {4}, chosen
+    with batched_scores(monkeypatch):
+        check_nan_scale("cpu", Case((1, 1, 1, 1), (200, 9, 5, 0), num_heads=8, num_kv_heads=2, head_size=128,
+                                    cache_dtype=E4M3, hint=True))
 
 
 @interpreter_tier
 def test_fp8_query_magnitudes_batched_scores_interpreted(monkeypatch) -> None:
     """The batched dot's query tile is rescaled in bf16 on the GPU (exact: a power of two), in
     float32 in the interpreter; either way queries of 2^30 and 2^-30 give the reference's answer."""
-    chosen = spy_score_warps(monkeypatch)
-    check_fp8_query_magnitudes("cpu", 128, q_lens=(1, 1, 1))
-    assert chosen and set(chosen) == {4}, chosen
+    with batched_scores(monkeypatch):
+        check_fp8_query_magnitudes("cpu", 128, q_lens=(1, 1, 1))
 
 
 @interpreter_tier
 def test_batched_scores_prefill_tokens_batch_invariant_interpreted(monkeypatch) -> None:
     """Batch-invariant mode runs prefill tokens through the decode tile too: several tokens a
     16-row block (4 tokens x 4 heads here), causal within the block, with the scores batched."""
-    chosen = spy_score_warps(monkeypatch)
-    with _config.batch_invariant():
+    with batched_scores(monkeypatch), _config.batch_invariant():
         check_case(Case((3, 1, 5, 0), (200, 70, 130, 9), num_heads=8, num_kv_heads=2, head_size=128,
                         cache_dtype=E4M3, sinks=True, pad_tokens=2), "cpu")
-    assert chosen and set(chosen) == {4}, chosen
 
 
 def test_score_warps_planned() -> None:
@@ -933,17 +930,14 @@ def test_batched_scores_merge_paths_bitwise_cuda(monkeypatch) -> None:
 
 @gpu_tier
 def test_batched_scores_batch_invariant_cuda(monkeypatch) -> None:
-    monkeypatch.setattr(tpa, "_DECODE_BATCHED_SCORES", True)
-    chosen = spy_score_warps(monkeypatch)
-    check_batch_invariance("cuda", (7, 64), kv_len=3000, max_other=5000, split=None)
-    assert chosen and set(chosen) == {4}, chosen
+    with batched_scores(monkeypatch, every_tile=True):
+        check_batch_invariance("cuda", (7, 64), kv_len=3000, max_other=5000, split=None)
 
 
 @gpu_tier
 def test_fp8_query_magnitudes_batched_scores_cuda(monkeypatch) -> None:
-    chosen = spy_score_warps(monkeypatch)
-    check_fp8_query_magnitudes("cuda", 128, q_lens=(1, 1, 1))
-    assert chosen and set(chosen) == {4}, chosen
+    with batched_scores(monkeypatch):
+        check_fp8_query_magnitudes("cuda", 128, q_lens=(1, 1, 1))
 
 
 @gpu_tier
