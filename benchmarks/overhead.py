@@ -2,6 +2,7 @@
 
     python benchmarks/overhead.py [--calls 1000] [--out DIR]
     python benchmarks/overhead.py --device cpu --quick          # smoke run, no GPU
+    python benchmarks/overhead.py --rows "paged_attention;paged_attention_out"   # those rows only
 
 Every op runs on the smallest inputs of its kind (one token, one block), so the GPU finishes each
 kernel long before the host has issued the next call, and the time per call is the host's:
@@ -382,6 +383,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--null-launch", action="store_true", help="package host code only: kernel binaries are no-ops")
     ap.add_argument("--triton-launcher", action="store_true",
                     help="with --null-launch: each no-op behind Triton 3.6's CudaLauncher")
+    ap.add_argument("--rows", default="",
+                    help="the rows to measure, by name, separated by ';' (default: every row)")
     args = ap.parse_args(argv)
     if args.triton_launcher and not (args.null_launch and _triton_36()):
         ap.error("--triton-launcher needs --null-launch and Triton 3.6 (its CudaLauncher)")
@@ -434,6 +437,12 @@ def _measure_all(args, device: torch.device, calls: int, reps: int, binary_calls
             H.progress(f"  flash_attn_4: {type(e).__name__}: {str(e)[:120]}")
             targets["flash_attn_4 direct"] = _raiser(f"flash_attn.cute not importable ({type(e).__name__}: {str(e)[:80]})")
 
+    if args.rows:
+        wanted = [w.strip() for w in args.rows.split(";")]
+        unknown = [w for w in wanted if w not in targets]
+        if unknown:
+            raise SystemExit(f"--rows: unknown row(s) {unknown}; rows here: {list(targets)}")
+        targets = {name: make for name, make in targets.items() if name in wanted}
     rows: list[H.Row] = []
     for name, make in targets.items():
         H.progress(f"  {name}")

@@ -176,6 +176,18 @@ def test_overhead_cpu(tmp_path, capsys):
         assert r["extra"]["wall_us"] > 0 and r["extra"]["call_us"] > 0
 
 
+def test_overhead_rows_cpu(tmp_path):
+    """--rows measures the rows named (separated by ';') and nothing else; an unknown name stops
+    the run with the names there are."""
+    overhead = _load("overhead")
+    argv = ["--device", "cpu", "--quick", "--calls", "5", "--null-launch", "--out", str(tmp_path)]
+    assert overhead.main([*argv, "--rows", "paged_attention_out; mla_decode"]) == 0
+    doc = json.loads(next(tmp_path.glob("overhead-*.json")).read_text())
+    assert [r["provider"] for r in doc["rows"]] == ["paged_attention_out", "mla_decode"]
+    with pytest.raises(SystemExit, match="unknown row.*'paged'.*'paged_attention'"):
+        overhead.main([*argv, "--rows", "paged"])
+
+
 def test_overhead_null_launch_cpu(tmp_path):
     """--null-launch times the Triton host path of every op with no-op kernel binaries, and puts
     the backend selection and the launch helpers back afterwards."""

@@ -463,14 +463,16 @@ def test_constant_launch_closed_paths_go_through_launch(monkeypatch) -> None:
         go(_BUF, x_ptr=_BUF, y_ptr=_BUF)
 
 
-def test_planned_launches_of_every_kernel_pass_what_kernel_grid_would(monkeypatch) -> None:
-    """Every kernel of the package, through the public ops' plans on CPU tensors (the Triton
-    backend's host path, binaries stood in): the first call of a plan goes through ``kernel[grid]``
-    semantics (arguments by name, defaults filled, in the kernel's parameter order), later calls
-    through the generated cached path; both pass the same grid and the same arguments."""
+def _record_launches(monkeypatch, device: list[int] | None = None) -> tuple[list[tuple], dict]:
+    """Every kernel of the package on the Triton backend's host path with CPU tensors, each binary
+    a recorder: returns ``(launched, recorders)``, ``launched`` getting ``(kernel name, grid,
+    arguments)`` per launch, as ``JITFunction.run`` would pass them at a cache miss (by name,
+    defaults filled, in parameter order) and as the binary's C launcher gets them on the cached
+    path. ``device``: a one-item list holding the current device the launchers see (0)."""
     from torch_paged_attn import lowering
 
     launched: list[tuple] = []
+    device = device if device is not None else [0]
 
     class Recorder(_launch.FastLauncher):
         def _miss(self, grid, kwargs):  # what JITFunction.run would pass, from the arguments by name
@@ -488,48 +490,154 @@ def test_planned_launches_of_every_kernel_pass_what_kernel_grid_would(monkeypatc
     def fast_launcher(kernel):
         if id(kernel) not in recorders:
             jit = kernel if type(kernel) is JITFunction else JITFunction(kernel.fn)
-            recorders[id(kernel)] = Recorder(jit, current_device=lambda: 0, current_stream=lambda d: 0)
+            recorders[id(kernel)] = Recorder(jit, current_device=lambda: device[0], current_stream=lambda d: 0)
         return recorders[id(kernel)]
 
     choose = lowering._choose
     monkeypatch.setattr(lowering, "_choose", lambda op, facts: choose(op, {**facts, "device": "cuda"}))
     monkeypatch.setattr(_launch, "_fast_launcher", fast_launcher)
     monkeypatch.setattr(_launch, "_cached_path_open", _open_on_cpu)
+    return launched, recorders
+
+
+def test_planned_launches_of_every_kernel_pass_what_kernel_grid_would(monkeypatch) -> None:
+    """Every kernel of the package, through the public ops' plans on CPU tensors (the Triton
+    backend's host path, binaries stood in): the first call of a plan goes through ``kernel[grid]``
+    semantics (arguments by name, defaults filled, in the kernel's parameter order), later calls
+    through the generated cached path (the second through the plan's runner, the third through
+    the eager entry: for plain paged attention without lse, the plan's pin); all pass the same
+    grid and the same arguments."""
+    from torch_paged_attn import lowering
+
+    launched, recorders = _record_launches(monkeypatch)
     lowering._CHOICES.clear()
     try:
         for name, fn in _op_calls(torch.float32, 0, 3, device="cpu").items():
-            launched.clear()
-            fn()
-            first = list(launched)
-            launched.clear()
-            fn()
-            assert first and len(launched) == len(first), name
+            calls = []
+            for _ in range(3):
+                launched.clear()
+                fn()
+                calls.append(list(launched))
+            first = calls[0]
+            assert first, name
             # the cached path passes each tensor's address. The inputs are the same tensors at
-            # both calls; outputs and workspaces are new ones (the first call's are still alive,
+            # every call; outputs and workspaces are new ones (the first call's are still alive,
             # so their addresses are not reused): an address of one call never shows up
             # elsewhere in the other call
             # (decode_split calls the backend function, which plans at every call: there the
-            # second call is the cached launcher's by-name path, with tensors)
+            # later calls are the cached launcher's by-name path, with tensors)
             def address(y):
                 return y.data_ptr() if isinstance(y, torch.Tensor) and name == "decode_split" else y
 
             addresses1 = {x.data_ptr() for _, _, a in first for x in a if isinstance(x, torch.Tensor)}
-            addresses2 = {address(y) for (_, _, a), (_, _, a1) in zip(launched, first) for y, x in zip(a, a1)
-                          if isinstance(x, torch.Tensor)}
-            for (k1, g1, a1), (k2, g2, a2) in zip(first, launched):
-                assert (k1, g1, len(a1)) == (k2, g2, len(a2)), name
-                for x, y in zip(a1, a2):
-                    if isinstance(x, torch.Tensor):
-                        y = address(y)
-                        assert type(y) is int, (name, k1)
-                        if x.data_ptr() != y:  # both new
-                            assert x.data_ptr() not in addresses2 and y not in addresses1, (name, k1)
-                    else:
-                        assert type(x) is type(y) and x == y, (name, k1, x, y)
+            for later in calls[1:]:
+                assert len(later) == len(first), name
+                addresses2 = {address(y) for (_, _, a), (_, _, a1) in zip(later, first) for y, x in zip(a, a1)
+                              if isinstance(x, torch.Tensor)}
+                for (k1, g1, a1), (k2, g2, a2) in zip(first, later):
+                    assert (k1, g1, len(a1)) == (k2, g2, len(a2)), name
+                    for x, y in zip(a1, a2):
+                        if isinstance(x, torch.Tensor):
+                            y = address(y)
+                            assert type(y) is int, (name, k1)
+                            if x.data_ptr() != y:  # both new
+                                assert x.data_ptr() not in addresses2 and y not in addresses1, (name, k1)
+                        else:
+                            assert type(x) is type(y) and x == y, (name, k1, x, y)
         assert {r.kernel.fn.__name__ for r in recorders.values()} >= {
             "_attention_kernel", "_combine_kernel", "_mla_kernel", "_cache_write_kernel", "_gather_cache_kernel",
             "_merge_attn_states_kernel",
         }
+    finally:
+        lowering._CHOICES.clear()
+
+
+def _pin_of(op: str):
+    """The ``fire`` of ``op``'s one remembered eager entry (``lowering.remember``'s payload)."""
+    from torch_paged_attn import lowering
+
+    entries = [payload for key, found in lowering._CHOICES.items() if isinstance(found, list) and key[0][0] == op
+               for _, payload in found]
+    assert len(entries) == 1, entries
+    return entries[0][-1]
+
+
+@pytest.mark.parametrize("form", ["paged_attention", "paged_attention_out"])
+def test_plain_paged_attention_launches_through_its_pin(form, monkeypatch) -> None:
+    """A plain call without lse (no alibi, sinks or fp8 scales) served by its eager entry launches
+    through the plan's pin (``_launch``'s generated ``pin``): one launch, the same grid and
+    arguments as the call that planned it (the output's address its own), without the per-call
+    test of the cached path that the plan's runner makes. Where the cached launch may not run
+    (fast launch off or in check mode, Triton's debug mode, an output off 16-byte alignment,
+    another current device) the pin launches nothing and says so, and the call takes the runner."""
+    from triton import knobs
+
+    from torch_paged_attn import lowering
+
+    device = [0]
+    launched, _ = _record_launches(monkeypatch, device)
+    opened = []
+    monkeypatch.setattr(_launch, "_cached_path_open", lambda like: opened.append(like) or _open_on_cpu(like))
+    monkeypatch.delenv("TORCH_PAGED_ATTN_FAST_LAUNCH", raising=False)
+    monkeypatch.delenv("TORCH_PAGED_ATTN_DEBUG", raising=False)
+    lowering._CHOICES.clear()
+    batch = make_paged_batch([1, 1, 1], [20, 7, 33], num_heads=8, num_kv_heads=2, head_size=64, dtype=torch.float32)
+    outs = [torch.empty(3, 8, 64) for _ in range(4)]
+    misaligned = _offset_view(outs[0], 1)
+
+    def call(out):
+        launched.clear()
+        opened.clear()
+        if form == "paged_attention_out":
+            torch_paged_attn.paged_attention_out(*batch.args(), out, max_query_len=1)
+        else:
+            out = torch_paged_attn.paged_attention(*batch.args(), max_query_len=1)[0]
+        assert len(launched) == 1
+        (kernel, grid, arguments), = launched
+        return kernel, grid, tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in arguments), out
+
+    try:
+        first = call(outs[0])  # planned: kernel[grid]'s arguments
+        call(outs[1])  # the plan's runner; remembered, with the pin
+        assert len(opened) == 2  # the runner's test of the cached path, then the pin's, once
+        fire = _pin_of(form)
+        assert fire is not None
+        for out in outs[2:]:
+            kernel, grid, arguments, got = call(out)
+            assert not opened, "the runner ran"
+            assert (kernel, grid) == first[:2] and len(arguments) == len(first[2])
+            for a, b, name in zip(first[2], arguments, _launch._fast_launcher(
+                    torch_paged_attn.lowering.triton.paged_attention._attention_kernel).params):
+                if name.name in ("out_ptr", "lse_ptr", "part_out_ptr", "part_lse_ptr"):
+                    assert a == first[3].data_ptr() and b == got.data_ptr(), name.name
+                else:
+                    assert type(a) is type(b) and a == b, name.name
+        args = (*batch.args(), outs[2])
+
+        def declines() -> None:
+            launched.clear()
+            assert fire(*args) is False and not launched
+            monkeypatch.undo()
+            _record_launches(monkeypatch, device)  # undo took the recorders' patches too
+            assert fire(*args) is True and len(launched) == 1
+
+        for mode in ("0", "check"):
+            monkeypatch.setenv("TORCH_PAGED_ATTN_FAST_LAUNCH", mode)
+            declines()
+        monkeypatch.setattr(knobs.runtime, "debug", True)
+        declines()
+        launched.clear()
+        assert fire(*batch.args(), misaligned) is False and not launched
+        device[0] = 1
+        assert fire(*args) is False and not launched
+        device[0] = 0
+        assert fire(*args) is True and len(launched) == 1
+        if form == "paged_attention_out":  # the misaligned output through the runner: its own binary
+            monkeypatch.setattr(_launch, "_cached_path_open",
+                                lambda like: opened.append(like) or _open_on_cpu(like))
+            kernel, grid, arguments, _ = call(misaligned)
+            assert opened and (kernel, grid) == first[:2]
+            assert arguments[6] == misaligned.data_ptr() and arguments[6] % 16
     finally:
         lowering._CHOICES.clear()
 
@@ -616,8 +724,16 @@ def _op_calls(dtype: torch.dtype, offset: int, num_seqs: int, device: str = "cud
         torch_paged_attn.gather_cache(mla_cache, table, cu, None, out)
         return (out,)
 
+    out = torch.empty(T, H, D, dtype=dtype, device=device)
+
+    def decode_out():  # the out form without lse: its plain calls launch through the plan's pin
+        torch_paged_attn.paged_attention_out(*args, out, max_query_len=1)
+        return (out,)
+
     return {
         "decode": lambda: torch_paged_attn.paged_attention(*args, return_lse=True, max_query_len=1),
+        "decode_plain": lambda: torch_paged_attn.paged_attention(*args, max_query_len=1)[:1],
+        "decode_out": decode_out,
         "decode_split": lambda: _split_decode(args),
         "prefill": lambda: torch_paged_attn.paged_attention(*pargs, return_lse=True),
         "mla": lambda: torch_paged_attn.mla_decode(q_latent, q_rope, mla_cache, bt, lens, qsl, scale=0.1),

@@ -275,6 +275,14 @@ def _out_plan(tensors: tuple, out: Tensor, lse: Tensor | None, options: dict) ->
     return run, True
 
 
+def _pinned(run: Callable, plain: bool, tensors: tuple, out: Tensor) -> Callable | None:
+    """What a remembered plain call without lse keeps besides ``run``: the plan's ``pin`` of
+    these tensors (see lowering/triton/paged_attention.py), None where the plan has none. The
+    entry's check (``lowering.eager_planned``) is what lets later calls use it."""
+    pin = getattr(run, "pin", None) if plain else None
+    return None if pin is None else pin(*tensors, out)
+
+
 def _without_tensors(options: dict) -> dict:
     """``options`` with its tensors (``alibi_slopes``, ``sinks``, ``k_scale``, ``v_scale``) None:
     what a remembered entry keeps (each call passes its own)."""
@@ -428,11 +436,13 @@ def paged_attention(
         )
         hit = lowering.eager_planned(key, checked)
         if hit is not None:
-            run, options, out_size, lse_size, lse_like = hit
+            run, options, out_size, lse_size, lse_like, fire = hit
+            out = query.new_empty(*out_size)
+            if fire is not None and fire(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out):
+                return out, lse_like.detach()  # a plain call without lse: the plan's one launch, pinned
             if not plain:
                 options = {**options, "alibi_slopes": alibi_slopes, "sinks": sinks, "k_scale": k_scale,
                            "v_scale": v_scale}
-            out = query.new_empty(*out_size)
             lse = lse_like.new_empty(*lse_size) if return_lse else lse_like.detach()  # see unresizable_empty
             run(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out,
                 lse if return_lse else None, options)
@@ -473,7 +483,8 @@ def paged_attention(
     run(*tensors, out, lse if return_lse else None, options)
     if planned_before:  # a signature that recurs: remembered for the path above
         lowering.remember(key, checked, (run, _without_tensors(options), tuple(out.shape), tuple(lse.shape),
-                                         lowering.unresizable_empty(lse)))
+                                         lowering.unresizable_empty(lse),
+                                         _pinned(run, plain and not return_lse, tensors, out)))
     return out, lse
 
 
@@ -524,7 +535,9 @@ def paged_attention_out(
         )
         hit = lowering.eager_planned(key, checked)
         if hit is not None:
-            run, options = hit
+            run, options, fire = hit
+            if fire is not None and fire(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out):
+                return  # a plain call without lse: the plan's one launch, pinned
             if not plain:
                 options = {**options, "alibi_slopes": alibi_slopes, "sinks": sinks, "k_scale": k_scale,
                            "v_scale": v_scale}
@@ -567,7 +580,7 @@ def paged_attention_out(
     run, planned_before = _out_plan(tensors, out, lse, options)
     run(*tensors, out, lse, options)
     if planned_before:  # a signature that recurs: remembered for the path above
-        lowering.remember(key, checked, (run, _without_tensors(options)))
+        lowering.remember(key, checked, (run, _without_tensors(options), _pinned(run, plain and lse is None, tensors, out)))
 
 
 paged_attention.__doc__ = paged_attention.__doc__.replace("{args}", _ARGS_DOC)

@@ -1,0 +1,30 @@
+# GPU calls of 2026-11-27 (sixteenth session), one H100 machine each (logs/callN/).
+#   bash run.sh OUT PART...   PART: ab (eager host time, this tree against the tree before pin.diff: overhead.py's
+#       rows ROWS in turn, three rounds, each tree in its own process) | overhead (overhead.py, every row) |
+#       tests (the launcher, plan-cache, compile/export and attention test files, GPU tier) | staging parts of
+#       ../gpu_run.sh
+. "$(dirname "$0")/../gpu_run.sh"  # out (from $1), here, PYTHONPATH, t()
+ROWS=${ROWS:-"null kernel, cached launch;torch add_ (1 element);paged_attention;paged_attention_out;mla_decode"}
+while [ $# -gt 0 ]; do
+part=$1; shift
+staging "$part" && continue  # ../gpu_run.sh
+case "$part" in
+ab)
+    rm -rf /tmp/base && mkdir -p /tmp/base && cp -r torch_paged_attn benchmarks /tmp/base/ \
+        && (cd /tmp/base && git apply -R "$OLDPWD/$here/pin.diff") && echo "base tree: pin.diff removed"
+    for round in 1 2 3; do
+        for tree in base new; do
+            root=$PWD; [ $tree = base ] && root=/tmp/base
+            (cd "$root" && PYTHONPATH=$root timeout 120 python3 benchmarks/overhead.py --rows "$ROWS" \
+                --out "$out/ab-$tree-$round" > "$out/ab-$tree-$round.txt" 2>&1)
+            echo "== $tree round $round"; grep -E "^(null kernel, cached|torch add_|paged_attention|mla_decode)" "$out/ab-$tree-$round.txt"
+        done
+    done ;;
+overhead)
+    timeout 200 python3 benchmarks/overhead.py --out "$out/overhead" > "$out/overhead.txt" 2>&1
+    grep -v Warn "$out/overhead.txt" | tail -22 ;;
+tests) t tests 330 -n 10 -m "not fuzz" tests/test_fast_launch.py tests/test_plan_cache.py tests/test_compile_export.py \
+        tests/test_triton_paged_attention.py ;;
+*) echo "unknown part $part" ;;
+esac
+done
