@@ -275,11 +275,16 @@ def _out_plan(tensors: tuple, out: Tensor, lse: Tensor | None, options: dict) ->
     return run, True
 
 
+# Remembered plain calls without lse launch through their plan's pin (False: through ``run``, as
+# before it; benchmarks/results/gpu-2026-11-27i/probe_pin.py times both in one process).
+_PIN = True
+
+
 def _pinned(run: Callable, plain: bool, tensors: tuple, out: Tensor) -> Callable | None:
     """What a remembered plain call without lse keeps besides ``run``: the plan's ``pin`` of
     these tensors (see lowering/triton/paged_attention.py), None where the plan has none. The
     entry's check (``lowering.eager_planned``) is what lets later calls use it."""
-    pin = getattr(run, "pin", None) if plain else None
+    pin = getattr(run, "pin", None) if plain and _PIN else None
     return None if pin is None else pin(*tensors, out)
 
 
