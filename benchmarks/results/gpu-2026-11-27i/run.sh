@@ -2,6 +2,7 @@
 #   bash run.sh OUT PART...   PART: ab (eager host time, this tree against the tree before pin.diff: overhead.py's
 #       rows ROWS in turn, three rounds, each tree in its own process) | overhead (overhead.py, every row) |
 #       probe (probe_pin.py: the pinned launch against the runner in one process, in turn) |
+#       probe2 (probe_pin2.py: host time piece by piece; pinned and runner in alternating windows) |
 #       tests (the launcher, plan-cache, compile/export and attention test files, GPU tier) | staging parts of
 #       ../gpu_run.sh
 . "$(dirname "$0")/../gpu_run.sh"  # out (from $1), here, PYTHONPATH, t()
@@ -25,6 +26,7 @@ overhead)
     timeout 200 python3 benchmarks/overhead.py --out "$out/overhead" > "$out/overhead.txt" 2>&1
     grep -v Warn "$out/overhead.txt" | tail -22 ;;
 probe) timeout 300 python3 "$here/probe_pin.py" > "$out/probe.txt" 2>&1; grep -v Warn "$out/probe.txt" | tail -20 ;;
+probe2) timeout 300 python3 "$here/probe_pin2.py" > "$out/probe2.txt" 2>&1; grep -v Warn "$out/probe2.txt" | tail -20 ;;
 tests) t tests 330 -n 10 -m "not fuzz" tests/test_fast_launch.py tests/test_plan_cache.py tests/test_compile_export.py \
         tests/test_triton_paged_attention.py ;;
 *) echo "unknown part $part" ;;
