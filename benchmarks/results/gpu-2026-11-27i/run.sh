@@ -5,6 +5,11 @@
 #       probe2 (probe_pin2.py: host time piece by piece; pinned and runner in alternating windows) |
 #       tests (the launcher, plan-cache, compile/export and attention test files, GPU tier) | staging parts of
 #       ../gpu_run.sh
+# Calls, in order, each on the tree of its commit (the package as 8ae594a):
+#   1 `ab overhead` (8ae594a): overhead.py's rows for both trees in turn, then every row; a noisy host (the null
+#     kernel's cached launch 8.8-11.7 us by events); only 8 files came back (the rest left out by count);
+#   2 `probe tests`: probe_pin.py (8 rounds, CUDA events), then the GPU tests: 197 passed, 90 skipped;
+#   3 `WINDOWS=60 probe2`: probe_pin2.py (the figures RESULTS.md's sixteenth run takes).
 . "$(dirname "$0")/../gpu_run.sh"  # out (from $1), here, PYTHONPATH, t()
 ROWS=${ROWS:-"null kernel, cached launch;torch add_ (1 element);paged_attention;paged_attention_out;mla_decode"}
 while [ $# -gt 0 ]; do

@@ -71,7 +71,8 @@ targets. ``fire`` then skips what ``go`` tests again per call (the cached path's
 binding, the dtype key): it reads the switch and ``idle``, the addresses and their alignment, and
 the current device's entry of the pinned dtypes, launches and returns True; where any of those
 does not hold it launches nothing and returns False (call ``go``). Paged attention's eager decode
-call: 10.3 us of host time before, 8.3 after (no-op binary, 2-core CPU, 2026-11-27).
+call: 11.4 us of host time before, 9.0 after (no-op binary, 2-core CPU, 2026-11-27); 24.7 and 22.4
+on an H100 host, 2.2 less in 59 of 60 paired windows (benchmarks/RESULTS.md, sixteenth run).
 """
 
 from __future__ import annotations
