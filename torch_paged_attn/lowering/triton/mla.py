@@ -63,6 +63,8 @@ from .paged_attention import (
 
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 _QUERY_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+# The Gluon kernels' split-KV partial outputs in the query's dtype (bf16 / fp16) instead of float32
+_GLUON_PARTIALS_IN_QUERY_DTYPE = True
 
 # Tile configurations by BLOCK_M (query tokens x heads a program holds): (TILE_N keys per
 # iteration, num_warps, num_stages, programs resident per SM, which sets the split-KV count).
@@ -560,7 +562,8 @@ def prepare_mla_decode(
                 return mla_sm90.prepare(scale=scale, causal=causal, split_tokens=_NO_SPLIT, call=call, block_q=block_q,
                                         pdl=pdl, pair=pair)
             if write_partial:
-                workspace = _Workspace(True, num_tokens, num_splits, num_heads, latent, q_latent.device)
+                workspace = _Workspace(True, num_tokens, num_splits, num_heads, latent, q_latent.device,
+                                       q_latent.dtype if _GLUON_PARTIALS_IN_QUERY_DTYPE else torch.float32)
                 return mla_sm90.prepare(
                     scale=scale, causal=causal, split_tokens=split_tokens, call=call, workspace=workspace,
                     combine=_combine(workspace, split_tokens, num_splits, num_tokens, num_seqs, num_heads, latent,

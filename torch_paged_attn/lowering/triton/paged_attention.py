@@ -727,7 +727,7 @@ def _load_partial(pl_ptr, po_ptr, k, left, stride_pl_split, stride_po_split, hea
     an empty one (-inf, 0) when only ``left <= k`` splits remain."""
     in_range = (tl.zeros_like(head_ok.to(tl.int32)) + k) < left
     part_lse = tl.load(pl_ptr + k * stride_pl_split, mask=head_ok & in_range, other=float("-inf"))
-    part_out = tl.load(po_ptr + k * stride_po_split, mask=mask & in_range[:, None], other=0.0)
+    part_out = tl.load(po_ptr + k * stride_po_split, mask=mask & in_range[:, None], other=0.0).to(tl.float32)
     return part_lse, part_out
 
 
@@ -836,10 +836,10 @@ class _Workspace:
     strides the kernels take (zeros without a workspace)."""
 
     def __init__(self, write_partial: bool, num_tokens: int, num_splits: int, num_heads: int, head_size_v: int,
-                 device: torch.device):
+                 device: torch.device, out_dtype: torch.dtype = torch.float32):
         self.shapes = None
         self.po_strides, self.pl_strides = (0, 0, 0), (0, 0)
-        self.device = device
+        self.device, self.out_dtype = device, out_dtype
         if write_partial:
             self.shapes = (num_tokens, num_splits, num_heads, head_size_v), (num_tokens, num_splits, num_heads)
             self.po_strides = contiguous_strides(*self.shapes[0])[:3]
@@ -848,7 +848,7 @@ class _Workspace:
     def tensors(self, stand_in: Tensor) -> tuple[Tensor, Tensor]:
         if self.shapes is None:
             return stand_in, stand_in
-        return (torch.empty(self.shapes[0], dtype=torch.float32, device=self.device),
+        return (torch.empty(self.shapes[0], dtype=self.out_dtype, device=self.device),
                 torch.empty(self.shapes[1], dtype=torch.float32, device=self.device))
 
 
