@@ -902,6 +902,31 @@ def _narrow_planner(monkeypatch):
     return plan
 
 
+@pytest.mark.parametrize("in_query_dtype", [True, False])
+def test_gluon_mla_partials_dtype(monkeypatch, in_query_dtype) -> None:
+    """The narrow Gluon kernels' split-KV partial outputs are allocated in the query's dtype
+    (``mla._NARROW_PARTIALS_IN_QUERY_DTYPE``; float32 with it off), their LSEs in float32; the
+    wide kernel's partials stay float32 (no launch, any machine)."""
+    from torch_paged_attn.lowering.triton import mla_sm90
+
+    monkeypatch.setattr(tmla, "_NARROW_PARTIALS_IN_QUERY_DTYPE", in_query_dtype)
+    plan = _narrow_planner(monkeypatch)
+    for seqs, per_seq, keys in ((64, 2, 4096), (32, 1, 8192), (32, 4, 4096)):
+        p = plan(seqs, per_seq, 16, keys)
+        assert p["block_q"] > 0 and p["workspace"] is not None, (seqs, per_seq)
+        part_out, part_lse = p["workspace"].tensors(torch.empty(1, dtype=BF16))
+        assert part_out.dtype == (BF16 if in_query_dtype else torch.float32) and part_lse.dtype == torch.float32
+        assert part_out.shape == (seqs * per_seq, part_out.shape[1], 16, 512) and part_out.shape[1] > 1
+    monkeypatch.setattr(mla_sm90, "declines", lambda *a: None)  # the wide kernel takes 128 heads
+    ql, qr = torch.empty(1, 128, 512, dtype=BF16), torch.empty(1, 128, 64, dtype=BF16)
+    plans = []
+    monkeypatch.setattr(mla_sm90, "prepare", lambda **k: plans.append(k) or "gluon")
+    tmla.prepare_mla_decode(ql, qr, torch.empty(4, 64, 576, dtype=BF16), torch.zeros(1, 512, dtype=torch.int32),
+                            torch.full((1,), 32768, dtype=torch.int32), torch.arange(2, dtype=torch.int32),
+                            torch.empty_like(ql), None, scale=0.1, causal=True, kv_scale=None)
+    assert plans[-1]["block_q"] == 0 and plans[-1]["workspace"].tensors(ql)[0].dtype == torch.float32
+
+
 def test_gluon_mla_pair_planning(monkeypatch) -> None:
     """Which narrow-kernel calls run ``mla_sm90_pair`` (mla._pair; no launch, any machine): block
     sizes under 64, one token a program at 17-32 heads, and a sequence's tokens over several

@@ -1,5 +1,6 @@
 """The Gluon MLA kernels' split-KV partial outputs in the query's dtype (bf16, "query") against
-float32 ("fp32", as before), switched by ``mla._GLUON_PARTIALS_IN_QUERY_DTYPE``, timed as
+float32 ("fp32", as before), switched by ``mla._GLUON_PARTIALS_IN_QUERY_DTYPE`` (as run in call 4; every Gluon kernel; the
+package now keeps it to the narrow kernels as ``_NARROW_PARTIALS_IN_QUERY_DTYPE``), timed as
 ``mla_probe.compare`` times them (CUDA-graph replays, the variants alternated round by round, each
 output checked against a float32 gather-einsum): every split shape of the narrow, pair, fp8 and wide
 kernels the benchmarks have.
@@ -16,7 +17,7 @@ import mla_probe as P  # noqa: E402
 
 def partials(in_query_dtype: bool):
     def switch():
-        P.tmla._GLUON_PARTIALS_IN_QUERY_DTYPE = in_query_dtype
+        P.tmla._GLUON_PARTIALS_IN_QUERY_DTYPE = in_query_dtype  # (now _NARROW_PARTIALS_IN_QUERY_DTYPE)
     return switch
 
 

@@ -5,6 +5,7 @@
 #       probe2 (probe_pin2.py: host time piece by piece; pinned and runner in alternating windows) |
 #       partials (probe_partials.py: the Gluon MLA kernels' split partials in the query's dtype against float32) |
 #       mla (the MLA test files, GPU tier) |
+#       bench-mla (mla_decode.py; FlashAttention-4 and FlashInfer staged by the staging parts) |
 #       tests (the launcher, plan-cache, compile/export and attention test files, GPU tier) | staging parts of
 #       ../gpu_run.sh
 # Calls, in order, each on the tree of its commit (the package as 8ae594a):
@@ -36,6 +37,8 @@ probe) timeout 300 python3 "$here/probe_pin.py" > "$out/probe.txt" 2>&1; grep -v
 probe2) timeout 300 python3 "$here/probe_pin2.py" > "$out/probe2.txt" 2>&1; grep -v Warn "$out/probe2.txt" | tail -20 ;;
 partials) timeout 330 python3 "$here/probe_partials.py" > "$out/partials.txt" 2>&1; grep -v Warn "$out/partials.txt" | tail -45 ;;
 mla) t mla 250 -n 12 -m "not fuzz" tests/test_triton_mla.py tests/test_mla_module.py ;;
+bench-mla)
+    timeout 340 python3 benchmarks/mla_decode.py --out "$out" 2> "$out/bench-mla-progress.log" | tee "$out/mla_decode.txt" | tail -46 ;;
 tests) t tests 330 -n 10 -m "not fuzz" tests/test_fast_launch.py tests/test_plan_cache.py tests/test_compile_export.py \
         tests/test_triton_paged_attention.py ;;
 *) echo "unknown part $part" ;;

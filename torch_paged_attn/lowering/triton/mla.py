@@ -63,8 +63,16 @@ from .paged_attention import (
 
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 _QUERY_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-# The Gluon kernels' split-KV partial outputs in the query's dtype (bf16 / fp16) instead of float32
-_GLUON_PARTIALS_IN_QUERY_DTYPE = True
+# The narrow Gluon kernels' split-KV partial outputs (``mla_sm90_narrow``, ``_pair``, ``_fp8``) in the
+# query's dtype (bf16 / fp16) instead of float32: half the bytes written and read back by the combine
+# kernel (merged in float32 there). H100, CUDA-graph replays, us, float32 / query dtype (three
+# rounds, benchmarks/results/gpu-2026-11-27i/logs/call4/partials.txt): 2 tokens B64 x 4096 H16 (2
+# splits) 119.2-119.4 / 117.0-117.2, 2 tokens B32 x 8192 (4) 115.8-116.2 / 114.1-114.6, 1 token
+# B32 x 8192 (4) 109.3-109.9 / 108.4-109.0, B16 x 8192 (8) 59.4-59.5 / 58.3-58.7, 4 tokens B32 x 4096
+# (pair, 2) 73.7-73.8 / 72.4-72.6; max error against a float32 gather-einsum 2.9e-3 / 4.6e-3 of the
+# largest output (bf16's unit roundoff 3.9e-3). The wide kernel keeps float32: B1 x 32768 H128 (64
+# splits) measured 38.1-38.2 / 39.9-40.1.
+_NARROW_PARTIALS_IN_QUERY_DTYPE = True
 
 # Tile configurations by BLOCK_M (query tokens x heads a program holds): (TILE_N keys per
 # iteration, num_warps, num_stages, programs resident per SM, which sets the split-KV count).
@@ -562,8 +570,9 @@ def prepare_mla_decode(
                 return mla_sm90.prepare(scale=scale, causal=causal, split_tokens=_NO_SPLIT, call=call, block_q=block_q,
                                         pdl=pdl, pair=pair)
             if write_partial:
+                narrow_partials = block_q > 0 and _NARROW_PARTIALS_IN_QUERY_DTYPE
                 workspace = _Workspace(True, num_tokens, num_splits, num_heads, latent, q_latent.device,
-                                       q_latent.dtype if _GLUON_PARTIALS_IN_QUERY_DTYPE else torch.float32)
+                                       q_latent.dtype if narrow_partials else torch.float32)
                 return mla_sm90.prepare(
                     scale=scale, causal=causal, split_tokens=split_tokens, call=call, workspace=workspace,
                     combine=_combine(workspace, split_tokens, num_splits, num_tokens, num_seqs, num_heads, latent,

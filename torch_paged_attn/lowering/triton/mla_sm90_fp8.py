@@ -290,7 +290,7 @@ if gluon is not None:
         q_latent_ptr, q_rope_ptr,  # [T, H, L], [T, H, R]
         kv_desc,  # TMA descriptor of the fp8 cache as [rows, L + R], boxes [BOX, 64]
         block_table_ptr, seq_lens_ptr, query_start_loc_ptr,  # [B, MB], [B], [B + 1] int32
-        out_ptr, lse_ptr,  # [T, H, L] or partials [T, S, H, L] float32; [T, H] or [T, S, H] float32
+        out_ptr, lse_ptr,  # [T, H, L] or partials [T, S, H, L] (the query's dtype); [T, H] or [T, S, H] float32
         kv_scale_ptr,  # [] or [1] float32
         scale,
         num_tokens, num_seqs, num_blocks, max_blocks, split_tokens,

@@ -62,7 +62,8 @@ meet at every cross-warp reduction's barrier, and with two stages about one tile
 SM.
 
 Layouts: q_latent/out ``[T, H, L]``, q_rope ``[T, H, R]`` (last stride 1), kv_cache ``[NB, BS, L +
-R]`` (any ``_sm90.row_layout`` view); partials ``[T, S, H, L]`` and ``[T, S, H]`` float32. Shared
+R]`` (any ``_sm90.row_layout`` view); partials ``[T, S, H, L]`` in the query's dtype
+(``mla._NARROW_PARTIALS_IN_QUERY_DTYPE``) and ``[T, S, H]`` float32. Shared
 memory: ``2 x 64 x (L + R) x 2`` (stages) + ``ROWS x (L + R) x 2`` (Q) + ``64 x ROWS x 2`` (P)
 bytes: 164 KiB at 576 columns and 16 rows, one program an SM; fp8: ``STAGES x 64 x (L + R)`` + the
 fp16 tile ``64 x (L + R) x 2`` + Q + P (220 KiB at 32 rows, three stages); below latent 512 each
@@ -407,7 +408,7 @@ if gluon is not None:
         q_latent_ptr, q_rope_ptr,  # [T, H, L], [T, H, R]
         kv_desc,  # TMA descriptor of the cache as [NB * BS, L + R], boxes [BOX, 64]
         block_table_ptr, seq_lens_ptr, query_start_loc_ptr,  # [B, MB], [B], [B + 1] int32
-        out_ptr, lse_ptr,  # [T, H, L] or partials [T, S, H, L] float32; [T, H] or [T, S, H] float32
+        out_ptr, lse_ptr,  # [T, H, L] or partials [T, S, H, L] (the query's dtype); [T, H] or [T, S, H] float32
         kv_scale_ptr,  # [] or [1] float32 (an fp8 cache)
         scale,
         num_tokens, num_seqs, num_blocks, max_blocks, split_tokens,

@@ -624,7 +624,7 @@ def _attention_kernel(
 @triton.jit(do_not_specialize=["num_tokens", "num_seqs", "split_tokens", "long_split_tokens", "long_from",
                               "num_splits"])
 def _combine_kernel(
-    part_out_ptr, part_lse_ptr,  # [T, S, Hq, Dv], [T, S, Hq] float32, lse in log2
+    part_out_ptr, part_lse_ptr,  # [T, S, Hq, Dv] float32 (MLA's narrow kernels: bf16/fp16), [T, S, Hq] float32, lse in log2
     seq_lens_ptr, query_start_loc_ptr,  # [B], [B + 1] int32
     sinks_ptr, v_scale_ptr,  # [Hq] (HAS_SINKS); [] or [1] float32 (IS_FP8)
     out_ptr, lse_ptr,  # [T, Hq, Dv]; [T, Hq] float32 (HAS_LSE)
@@ -830,8 +830,9 @@ def _fills_slots(programs: int, device: torch.device, programs_per_sm: int) -> b
 
 
 class _Workspace:
-    """The split-KV workspace of a plan: partial outputs ``[T, S, Hq, Dv]`` and their LSEs
-    ``[T, S, Hq]`` (float32, log2), allocated per call by ``tensors`` (two stand-ins, never
+    """The split-KV workspace of a plan: partial outputs ``[T, S, Hq, Dv]`` (``out_dtype``: float32,
+    or the query's dtype for MLA's narrow kernels) and their LSEs ``[T, S, Hq]`` (float32, log2),
+    allocated per call by ``tensors`` (two stand-ins, never
     dereferenced, when the plan writes no partials); ``po_strides`` / ``pl_strides`` are the
     strides the kernels take (zeros without a workspace)."""
 
