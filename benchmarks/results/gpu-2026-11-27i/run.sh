@@ -12,7 +12,13 @@
 #   1 `ab overhead` (8ae594a): overhead.py's rows for both trees in turn, then every row; a noisy host (the null
 #     kernel's cached launch 8.8-11.7 us by events); only 8 files came back (the rest left out by count);
 #   2 `probe tests`: probe_pin.py (8 rounds, CUDA events), then the GPU tests: 197 passed, 90 skipped;
-#   3 `WINDOWS=60 probe2`: probe_pin2.py (the figures RESULTS.md's sixteenth run takes).
+#   3 `WINDOWS=60 probe2`: probe_pin2.py (the figures RESULTS.md's sixteenth run takes);
+#   4 `partials mla` on 3408556 (every Gluon MLA kernel's split partials in bf16): probe_partials.py, the MLA
+#     files 178 passed;
+#   then one machine, on 97744f3 (the narrow kernels' partials in bf16, the wide kernel's float32): 5 `stash-a`,
+#   6 `stash-fa4 stage`, 7 `stash-b mla` (180 passed), 8 `stash-fi site bench-mla` (its output is
+#   benchmarks/results/mla_decode-NVIDIA-H100-80GB-HBM3-2026-11-27-i.*), 9 `site overhead`
+#   (benchmarks/results/overhead-NVIDIA-H100-80GB-HBM3-2026-11-27-i.*), 10 `WINDOWS=60 probe2`.
 . "$(dirname "$0")/../gpu_run.sh"  # out (from $1), here, PYTHONPATH, t()
 ROWS=${ROWS:-"null kernel, cached launch;torch add_ (1 element);paged_attention;paged_attention_out;mla_decode"}
 while [ $# -gt 0 ]; do
