@@ -6,6 +6,7 @@
 #       partials (probe_partials.py: the Gluon MLA kernels' split partials in the query's dtype against float32) |
 #       mla (the MLA test files, GPU tier) |
 #       bench-mla (mla_decode.py; FlashAttention-4 and FlashInfer staged by the staging parts) |
+#       fuzz-mla (the narrow bf16 and pair MLA kernels' fuzz) |
 #       tests (the launcher, plan-cache, compile/export and attention test files, GPU tier) | staging parts of
 #       ../gpu_run.sh
 # Calls, in order, each on the tree of its commit (the package as 8ae594a):
@@ -45,6 +46,7 @@ partials) timeout 330 python3 "$here/probe_partials.py" > "$out/partials.txt" 2>
 mla) t mla 250 -n 12 -m "not fuzz" tests/test_triton_mla.py tests/test_mla_module.py ;;
 bench-mla)
     timeout 340 python3 benchmarks/mla_decode.py --out "$out" 2> "$out/bench-mla-progress.log" | tee "$out/mla_decode.txt" | tail -46 ;;
+fuzz-mla) t fuzz-mla 300 -n 14 -m fuzz -k "narrow_fuzz or pair_fuzz" tests/test_triton_mla.py ;;
 tests) t tests 330 -n 10 -m "not fuzz" tests/test_fast_launch.py tests/test_plan_cache.py tests/test_compile_export.py \
         tests/test_triton_paged_attention.py ;;
 *) echo "unknown part $part" ;;
