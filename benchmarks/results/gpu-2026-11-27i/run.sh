@@ -19,7 +19,8 @@
 #   then one machine, on 97744f3 (the narrow kernels' partials in bf16, the wide kernel's float32): 5 `stash-a`,
 #   6 `stash-fa4 stage`, 7 `stash-b mla` (180 passed), 8 `stash-fi site bench-mla` (its output is
 #   benchmarks/results/mla_decode-NVIDIA-H100-80GB-HBM3-2026-11-27-i.*), 9 `site overhead`
-#   (benchmarks/results/overhead-NVIDIA-H100-80GB-HBM3-2026-11-27-i.*), 10 `WINDOWS=60 probe2`.
+#   (benchmarks/results/overhead-NVIDIA-H100-80GB-HBM3-2026-11-27-i.*), 10 `WINDOWS=60 probe2`;
+#   11 `fuzz-mla` on 4e9dae8 (the package as 97744f3), another machine: 32 passed.
 . "$(dirname "$0")/../gpu_run.sh"  # out (from $1), here, PYTHONPATH, t()
 ROWS=${ROWS:-"null kernel, cached launch;torch add_ (1 element);paged_attention;paged_attention_out;mla_decode"}
 while [ $# -gt 0 ]; do
