@@ -72,7 +72,7 @@ binding, the dtype key): it reads the switch and ``idle``, the addresses and the
 the current device's entry of the pinned dtypes, launches and returns True; where any of those
 does not hold it launches nothing and returns False (call ``go``). Paged attention's eager decode
 call: 11.4 us of host time before, 9.0 after (no-op binary, 2-core CPU, 2026-11-27); 24.7 and 22.4
-on an H100 host, 2.2 less in 59 of 60 paired windows (benchmarks/RESULTS.md, sixteenth run).
+on an H100 host, 2.2 less in 59 of 60 paired windows (1.9 on a second; benchmarks/RESULTS.md, sixteenth run).
 """
 
 from __future__ import annotations
