@@ -585,7 +585,8 @@ def paged_attention_out(
     run, planned_before = _out_plan(tensors, out, lse, options)
     run(*tensors, out, lse, options)
     if planned_before:  # a signature that recurs: remembered for the path above
-        lowering.remember(key, checked, (run, _without_tensors(options), _pinned(run, plain and lse is None, tensors, out)))
+        pinned = _pinned(run, plain and lse is None, tensors, out)
+        lowering.remember(key, checked, (run, _without_tensors(options), pinned))
 
 
 paged_attention.__doc__ = paged_attention.__doc__.replace("{args}", _ARGS_DOC)

@@ -416,12 +416,13 @@ def launch(_grid, {params}):
             tuple(own), tuple(aliases.items()), tuple(specialised))
         addresses = "".join(f"_p_{n} = None if {n} is None else {n}.data_ptr()\n                " for n in tensors)
         stand_ins = " or ".join(f"{a} is not {t}" for a, t in aliases.items())
-        given = f"if {stand_ins}:\n                raise TypeError\n            " if aliases else ""
-        given += "".join(f"_p_{n} = {n}.data_ptr()\n            " for n in own)  # None raises
-        given += "".join(f"_p_{a} = {'None' if t is None else f'_p_{t}'}\n            " for a, t in aliases.items())
-        misaligned = " | ".join(f"_p_{n}" for n in specialised) or "0"
+        # the addresses of the tensors given (None raises), the aliases' read off their targets: go's
+        # short key and pin's fire (both bodies indented 12)
         fire_given = "".join(f"_p_{n} = {n}.data_ptr()\n            " for n in own)
-        fire_given += "".join(f"_p_{a} = {'None' if t is None else f'_p_{t}'}\n            " for a, t in aliases.items())
+        fire_given += "".join(f"_p_{a} = {'None' if t is None else f'_p_{t}'}\n            "
+                              for a, t in aliases.items())
+        given = (f"if {stand_ins}:\n                raise TypeError\n            " if aliases else "") + fire_given
+        misaligned = " | ".join(f"_p_{n}" for n in specialised) or "0"
         dtypes = "".join(f"{n}.dtype, " for n in own)
         unpack = "".join(f"{n}, " for n in constants)
         by_name = "{" + "".join(f"{n!r}: {n}, " for n in tensors) + "}"

@@ -557,7 +557,7 @@ if gluon is not None:
         q_latent_ptr, q_rope_ptr,  # [T, H, L], [T, H, R]
         kv_desc,  # TMA descriptor of the cache as [NB * BS, L + R], boxes [BOX, 64]
         block_table_ptr, seq_lens_ptr, query_start_loc_ptr,  # [B, MB], [B], [B + 1] int32
-        out_ptr, lse_ptr,  # [T, H, L] or partials [T, S, H, L] float32; [T, H] or [T, S, H] float32 (this wide kernel)
+        out_ptr, lse_ptr,  # [T, H, L] or partials [T, S, H, L] float32 (this kernel's); [T, H] or [T, S, H] float32
         scale,
         num_tokens, num_seqs, num_blocks, max_blocks, split_tokens,
         block_rows,  # rows of the cache's [rows, L + R] view from one block to the next (_sm90.block_rows)

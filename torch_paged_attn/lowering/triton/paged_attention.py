@@ -624,7 +624,8 @@ def _attention_kernel(
 @triton.jit(do_not_specialize=["num_tokens", "num_seqs", "split_tokens", "long_split_tokens", "long_from",
                               "num_splits"])
 def _combine_kernel(
-    part_out_ptr, part_lse_ptr,  # [T, S, Hq, Dv] float32 (MLA's narrow kernels: bf16/fp16), [T, S, Hq] float32, lse in log2
+    part_out_ptr, part_lse_ptr,  # [T, S, Hq, Dv] float32 (MLA's narrow kernels: bf16/fp16); [T, S, Hq] float32,
+    # lse in log2
     seq_lens_ptr, query_start_loc_ptr,  # [B], [B + 1] int32
     sinks_ptr, v_scale_ptr,  # [Hq] (HAS_SINKS); [] or [1] float32 (IS_FP8)
     out_ptr, lse_ptr,  # [T, Hq, Dv]; [T, Hq] float32 (HAS_LSE)
