@@ -69,10 +69,12 @@ is a plain eager one (``lowering.plain_eager``) whose tensors have the dtypes, d
 strides of the pinned ones (``lowering.eager_planned``'s check) and whose stand-ins are their
 targets. ``fire`` then skips what ``go`` tests again per call (the cached path's test, keyword
 binding, the dtype key): it reads the switch and ``idle``, the addresses and their alignment, and
-the current device's entry of the pinned dtypes, launches and returns True; where any of those
-does not hold it launches nothing and returns False (call ``go``). Paged attention's eager decode
+the current device, launches the binary ``go`` found for those dtypes on that device (``pin``
+returns None where ``go`` has not launched them aligned there yet) and returns True; where any of
+those does not hold it launches nothing and returns False (call ``go``). Paged attention's eager decode
 call: 11.4 us of host time before, 9.0 after (no-op binary, 2-core CPU, 2026-11-27); 24.7 and 22.4
-on an H100 host, 2.2 less in 59 of 60 paired windows (1.9 on a second; benchmarks/RESULTS.md, sixteenth run).
+on an H100 host, 2.2 less in 59 of 60 paired windows (1.9 on a second; benchmarks/RESULTS.md,
+sixteenth run).
 """
 
 from __future__ import annotations
@@ -418,10 +420,10 @@ def launch(_grid, {params}):
         stand_ins = " or ".join(f"{a} is not {t}" for a, t in aliases.items())
         # the addresses of the tensors given (None raises), the aliases' read off their targets: go's
         # short key and pin's fire (both bodies indented 12)
-        fire_given = "".join(f"_p_{n} = {n}.data_ptr()\n            " for n in own)
-        fire_given += "".join(f"_p_{a} = {'None' if t is None else f'_p_{t}'}\n            "
-                              for a, t in aliases.items())
-        given = (f"if {stand_ins}:\n                raise TypeError\n            " if aliases else "") + fire_given
+        own_addresses = "".join(f"_p_{n} = {n}.data_ptr()\n            " for n in own)
+        own_addresses += "".join(f"_p_{a} = {'None' if t is None else f'_p_{t}'}\n            "
+                                 for a, t in aliases.items())
+        given = (f"if {stand_ins}:\n                raise TypeError\n            " if aliases else "") + own_addresses
         misaligned = " | ".join(f"_p_{n}" for n in specialised) or "0"
         dtypes = "".join(f"{n}.dtype, " for n in own)
         unpack = "".join(f"{n}, " for n in constants)
@@ -440,23 +442,21 @@ def launch(_grid, {params}):
         if _module._cached_path_open(_like) is None:
             return None
         try:
-            _dtypes = ({dtypes})
+            _pinned_device = _current_device()
+            _entry = _aligned.get((_pinned_device, {dtypes}))
         except AttributeError:
             return None
-        _by_device = {{}}
+        if _entry is None:  # no aligned launch of these dtypes on this device yet
+            return None
 
         def fire({", ".join(own)}):
             if _MODE.read() != "1" or not _idle():
                 return False
-            {fire_given}if ({misaligned}) & 15:
+            {own_addresses}if ({misaligned}) & 15:
                 return False
             _device = _current_device()
-            _entry = _by_device.get(_device)
-            if _entry is None:
-                _entry = _aligned.get((_device, *_dtypes))
-                if _entry is None:
-                    return False
-                _by_device[_device] = _entry
+            if _device != _pinned_device:
+                return False
             {binary}
                       {"".join(f"{n}, " for n in arguments)})
             return True

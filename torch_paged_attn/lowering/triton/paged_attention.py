@@ -1049,7 +1049,8 @@ def prepare_paged_attention(
         ``run``'s one launch as one call of the launcher's ``pin`` (``_launch``), True when it
         launched; False (nothing launched: call ``run``) where the cached launch does not apply
         to that call. None where this plan has no such launch (split through the workspace,
-        optional tensors, or a launcher without ``pin``)."""
+        optional tensors, or a launcher without ``pin``) or its launcher has not yet launched
+        these tensors' dtypes, 16-byte aligned, on the current device."""
         if write_partial or getattr(attention, "pinned", None) != _PINNED:
             return None
         return attention.pin(query, query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out)
