@@ -614,18 +614,14 @@ def test_plain_paged_attention_launches_through_its_pin(form, monkeypatch) -> No
                     assert type(a) is type(b) and a == b, name.name
         args = (*batch.args(), outs[2])
 
-        def declines() -> None:
+        declining = [("setenv", "TORCH_PAGED_ATTN_FAST_LAUNCH", "0"),
+                     ("setenv", "TORCH_PAGED_ATTN_FAST_LAUNCH", "check"), ("setattr", knobs.runtime, "debug", True)]
+        for how, *change in declining:
             launched.clear()
-            assert fire(*args) is False and not launched
-            monkeypatch.undo()
-            _record_launches(monkeypatch, device)  # undo took the recorders' patches too
-            assert fire(*args) is True and len(launched) == 1
-
-        for mode in ("0", "check"):
-            monkeypatch.setenv("TORCH_PAGED_ATTN_FAST_LAUNCH", mode)
-            declines()
-        monkeypatch.setattr(knobs.runtime, "debug", True)
-        declines()
+            with monkeypatch.context() as m:
+                getattr(m, how)(*change)
+                assert fire(*args) is False and not launched, change
+            assert fire(*args) is True and len(launched) == 1, change  # the change undone
         launched.clear()
         assert fire(*batch.args(), misaligned) is False and not launched
         device[0] = 1
@@ -633,8 +629,6 @@ def test_plain_paged_attention_launches_through_its_pin(form, monkeypatch) -> No
         device[0] = 0
         assert fire(*args) is True and len(launched) == 1
         if form == "paged_attention_out":  # the misaligned output through the runner: its own binary
-            monkeypatch.setattr(_launch, "_cached_path_open",
-                                lambda like: opened.append(like) or _open_on_cpu(like))
             kernel, grid, arguments, _ = call(misaligned)
             assert opened and (kernel, grid) == first[:2]
             assert arguments[6] == misaligned.data_ptr() and arguments[6] % 16

@@ -745,12 +745,10 @@ def test_gluon_kernels_run_on_tested_tritons_only(monkeypatch) -> None:
     assert _sm90.unavailable(ql) == "not an sm_90 device"
 
 
-def test_gluon_mla_planning(monkeypatch) -> None:
-    """Which calls the Gluon kernel is planned for and how they split (no launch; any machine):
-    a batch that fills 132 SMs unsplit, one token split into at most 132 programs of whole pairs
-    of 64-key tiles (the kernel's unit) with a workspace and a combine, forced splits rounded up to
-    a pair, and the Triton kernel for tables under ``_GLUON_MIN_KEYS`` keys, in batch-invariant
-    mode and where the workspace would pass its cap."""
+def _wide_planner(monkeypatch):
+    """``plan(tokens, heads, keys, block_size=64, **options)``: the keyword arguments
+    ``mla.prepare_mla_decode`` gives ``mla_sm90.prepare`` for one token a sequence (None: another
+    kernel), on any machine, with the wide Gluon kernel taking every call and 132 SMs."""
     from torch_paged_attn.lowering.triton import mla_sm90
 
     plans = []
@@ -769,6 +767,18 @@ def test_gluon_mla_planning(monkeypatch) -> None:
                                 scale=0.1, causal=True, kv_scale=None, **options)
         return plans[-1] if plans else None
 
+    return plan
+
+
+def test_gluon_mla_planning(monkeypatch) -> None:
+    """Which calls the Gluon kernel is planned for and how they split (no launch; any machine):
+    a batch that fills 132 SMs unsplit, one token split into at most 132 programs of whole pairs
+    of 64-key tiles (the kernel's unit) with a workspace and a combine, forced splits rounded up to
+    a pair, and the Triton kernel for tables under ``_GLUON_MIN_KEYS`` keys, in batch-invariant
+    mode and where the workspace would pass its cap."""
+    from torch_paged_attn.lowering.triton import mla_sm90
+
+    plan = _wide_planner(monkeypatch)
     assert mla_sm90.SPLIT_KEYS == 2 * mla_sm90.TILE_N == 128
     unsplit = plan(64, 128, 4096)  # 128 programs
     assert unsplit is not None and unsplit["split_tokens"] == tpa._NO_SPLIT and "workspace" not in unsplit
@@ -907,8 +917,6 @@ def test_gluon_mla_partials_dtype(monkeypatch, in_query_dtype) -> None:
     """The narrow Gluon kernels' split-KV partial outputs are allocated in the query's dtype
     (``mla._NARROW_PARTIALS_IN_QUERY_DTYPE``; float32 with it off), their LSEs in float32; the
     wide kernel's partials stay float32 (no launch, any machine)."""
-    from torch_paged_attn.lowering.triton import mla_sm90
-
     monkeypatch.setattr(tmla, "_NARROW_PARTIALS_IN_QUERY_DTYPE", in_query_dtype)
     plan = _narrow_planner(monkeypatch)
     for seqs, per_seq, keys in ((64, 2, 4096), (32, 1, 8192), (32, 4, 4096)):
@@ -917,14 +925,8 @@ def test_gluon_mla_partials_dtype(monkeypatch, in_query_dtype) -> None:
         part_out, part_lse = p["workspace"].tensors(torch.empty(1, dtype=BF16))
         assert part_out.dtype == (BF16 if in_query_dtype else torch.float32) and part_lse.dtype == torch.float32
         assert part_out.shape == (seqs * per_seq, part_out.shape[1], 16, 512) and part_out.shape[1] > 1
-    monkeypatch.setattr(mla_sm90, "declines", lambda *a: None)  # the wide kernel takes 128 heads
-    ql, qr = torch.empty(1, 128, 512, dtype=BF16), torch.empty(1, 128, 64, dtype=BF16)
-    plans = []
-    monkeypatch.setattr(mla_sm90, "prepare", lambda **k: plans.append(k) or "gluon")
-    tmla.prepare_mla_decode(ql, qr, torch.empty(4, 64, 576, dtype=BF16), torch.zeros(1, 512, dtype=torch.int32),
-                            torch.full((1,), 32768, dtype=torch.int32), torch.arange(2, dtype=torch.int32),
-                            torch.empty_like(ql), None, scale=0.1, causal=True, kv_scale=None)
-    assert plans[-1]["block_q"] == 0 and plans[-1]["workspace"].tensors(ql)[0].dtype == torch.float32
+    wide = _wide_planner(monkeypatch)(1, 128, 32768)  # B1 x 32768, 128 heads: split
+    assert wide["block_q"] == 0 and wide["workspace"].tensors(torch.empty(1, dtype=BF16))[0].dtype == torch.float32
 
 
 def test_gluon_mla_pair_planning(monkeypatch) -> None:
