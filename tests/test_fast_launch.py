@@ -553,13 +553,14 @@ def test_planned_launches_of_every_kernel_pass_what_kernel_grid_would(monkeypatc
 
 
 def _pin_of(op: str):
-    """The ``fire`` of ``op``'s one remembered eager entry (``lowering.remember``'s payload)."""
+    """The ``fire`` of ``op``'s one remembered eager entry (``lowering.remember``'s payload: the
+    functional form's ends with ``fire`` and its native ``new``, the out form's with ``fire``)."""
     from torch_paged_attn import lowering
 
     entries = [payload for key, found in lowering._CHOICES.items() if isinstance(found, list) and key[0][0] == op
                for _, payload in found]
     assert len(entries) == 1, entries
-    return entries[0][-1]
+    return entries[0][-2 if op == "paged_attention" else -1]
 
 
 @pytest.mark.parametrize("form", ["paged_attention", "paged_attention_out"])

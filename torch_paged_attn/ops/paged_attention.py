@@ -441,7 +441,11 @@ def paged_attention(
         )
         hit = lowering.eager_planned(key, checked)
         if hit is not None:
-            run, options, out_size, lse_size, lse_like, fire = hit
+            run, options, out_size, lse_size, lse_like, fire, new = hit
+            if new is not None:  # the pinned launch's native form: out allocated and the kernel launched in one call
+                result = new(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, lse_like)
+                if result is not None:
+                    return result
             out = query.new_empty(*out_size)
             if fire is not None and fire(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out):
                 return out, lse_like.detach()  # a plain call without lse: the plan's one launch, pinned
@@ -487,9 +491,9 @@ def paged_attention(
     out, lse, run, planned_before = _functional_plan(tensors, options, return_lse)
     run(*tensors, out, lse if return_lse else None, options)
     if planned_before:  # a signature that recurs: remembered for the path above
+        fire = _pinned(run, plain and not return_lse, tensors, out)
         lowering.remember(key, checked, (run, _without_tensors(options), tuple(out.shape), tuple(lse.shape),
-                                         lowering.unresizable_empty(lse),
-                                         _pinned(run, plain and not return_lse, tensors, out)))
+                                         lowering.unresizable_empty(lse), fire, getattr(fire, "new", None)))
     return out, lse
 
 

@@ -74,7 +74,11 @@ returns None where ``go`` has not launched them aligned there yet) and returns T
 those does not hold it launches nothing and returns False (call ``go``). Paged attention's eager decode
 call: 11.4 us of host time before, 9.0 after (no-op binary, 2-core CPU, 2026-11-27); 24.7 and 22.4
 on an H100 host, 2.2 less in 59 of 60 paired windows (1.9 on a second; benchmarks/RESULTS.md,
-sixteenth run).
+sixteenth run). Where ``_native`` builds and the binary's launch is one it makes (a direct launch,
+no cluster, parameters it packs), ``pin`` returns its native ``Pinned`` instead: the same checks
+and launch in one native call, with ``fire.new`` allocating the output as well (paged attention's
+functional decode call: 17.5 us a call against 24.4 for this module's ``fire``, CUDA events, rows
+interleaved over 30 rounds on one H100 host, benchmarks/RESULTS.md, seventeenth run).
 """
 
 from __future__ import annotations
@@ -87,6 +91,7 @@ import torch
 from torch.library import wrap_triton
 
 from ..._config import EnvVar
+from . import _native
 
 _ENV = "TORCH_PAGED_ATTN_FAST_LAUNCH"
 # Triton versions (major.minor) whose JITFunction.run / CompiledKernel.run protocol this module
@@ -383,8 +388,11 @@ def launch(_grid, {params}):
             "_module": sys.modules[__name__],  # _cached_path_open is looked up per call (tests swap it)
             "_idle": self.idle,
             "_MODE": _MODE,
+            "_ready": lambda: _MODE.read() == "1" and self.idle(),
+            "_native_pin": _native.pinned,
         }
         tensors, exprs, arguments, specialised = [], [], [], []
+        values: list[str] = []  # the native pin's spec of each fixed argument: "name: ('v', value)"
         runs: list[list[str]] = []  # runs of consecutive fixed arguments (constants, defaults)
         fixed_names = {p.name for p in self.params if p.name in constants or p.has_default}
         tensor_names = {p.name for p in self.params} - fixed_names
@@ -401,6 +409,7 @@ def launch(_grid, {params}):
                     runs.append([])
                     arguments.append(f"*_fixed{len(runs) - 1}")
                 runs[-1].append(fixed)
+                values.append(f"{p.name!r}: ('v', {fixed}), ")
             elif p.name in descriptors:  # the base tensor; Triton specialises the descriptor on its
                 tensors.append(p.name)     # dtype, block shape and layout (the last two fixed here)
                 exprs.append(f"{p.name}.dtype")
@@ -437,6 +446,11 @@ def launch(_grid, {params}):
                           for j, n in enumerate(d for d in tensors if d in descriptors))
         binary = (f"{encoded}_entry[0](_g0, _g1, _g2, _current_stream(_device), _entry[1], _entry[4], _entry[5], "
                   f"None, None, _entry[2], None, None, None,")
+        # the native pin's spec (_native.pack): every fixed argument's value, every tensor's index
+        # among the pinned ones (an alias its target's; one that stands in for None is a constexpr)
+        spec = "{" + "".join(values) + "".join(
+            f"{n!r}: ('t', {own.index(aliases.get(n, n))}), " for n in tensors if aliases.get(n, n) is not None) + "}"
+        aligned_at = [own.index(n) for n in specialised]
         pin = "" if descriptors else f"""
     def pin(_like, {", ".join(own)}):
         if _module._cached_path_open(_like) is None:
@@ -448,6 +462,10 @@ def launch(_grid, {params}):
             return None
         if _entry is None:  # no aligned launch of these dtypes on this device yet
             return None
+        _native = _native_pin(_ready, _entry, (_g0, _g1, _g2), _pinned_device, {spec}, {len(own)}, {aligned_at},
+                              {own[-1]})
+        if _native is not None:  # the same launch in one native call (_native.py)
+            return _native
 
         def fire({", ".join(own)}):
             if _MODE.read() != "1" or not _idle():
