@@ -324,6 +324,28 @@ def _median(f: Callable[[], float], reps: int) -> float:
     return statistics.median(f() for _ in range(reps))
 
 
+def events_us(fn: Callable[[], Any], calls: int) -> float:
+    """CUDA events around ``calls`` back-to-back calls of ``fn``, us a call."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / calls
+
+
+def host_us(fn: Callable[[], Any], device: torch.device, n: int = 100) -> float:
+    """perf_counter over ``n`` calls of ``fn`` issued while a sleep kernel holds the GPU, us a call."""
+    torch.cuda._sleep(SLEEP_CYCLES)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    elapsed = time.perf_counter() - t0
+    torch.cuda.synchronize(device)
+    return elapsed * 1e6 / n
+
+
 def measure(fn: Callable[[], Any], device: torch.device, calls: int, reps: int) -> dict[str, float | None]:
     for _ in range(20):  # JIT compilation, allocator growth
         fn()
@@ -350,27 +372,9 @@ def measure(fn: Callable[[], Any], device: torch.device, calls: int, reps: int) 
     if device.type != "cuda":
         return result
 
-    def events() -> float:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(calls):
-            fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) * 1e3 / calls
-
-    def host(n: int = 100) -> float:
-        torch.cuda._sleep(SLEEP_CYCLES)
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        elapsed = time.perf_counter() - t0
-        torch.cuda.synchronize(device)
-        return elapsed * 1e6 / n
-
-    result["events_us"] = _median(events, reps)
+    result["events_us"] = _median(lambda: events_us(fn, calls), reps)
     if hasattr(torch.cuda, "_sleep"):  # private, present in every torch since 1.x
-        result["host_us"] = _median(host, reps)
+        result["host_us"] = _median(lambda: host_us(fn, device), reps)
     return result
 
 
