@@ -24,6 +24,7 @@
 #include <ATen/ops/empty.h>
 #include <c10/core/Stream.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include "cuda.h"  // Triton's copy (triton/backends/nvidia/include): types only, the driver is dlopen'ed
@@ -177,14 +178,11 @@ PyObject* pinned_call(PyObject* callable, PyObject* const* args, size_t nargsf, 
     PyErr_Format(PyExc_TypeError, "this pinned launch takes %d tensors", tensors);
     return nullptr;
   }
-  try {
-    int result = fire_impl(reinterpret_cast<Pinned*>(callable), args, nullptr);
-    if (result < 0) return nullptr;
-    return PyBool_FromLong(result);
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-    return nullptr;
-  }
+  HANDLE_TH_ERRORS  // torch's errors as torch raises them (an allocation's OutOfMemoryError, say)
+  int result = fire_impl(reinterpret_cast<Pinned*>(callable), args, nullptr);
+  if (result < 0) return nullptr;
+  return PyBool_FromLong(result);
+  END_HANDLE_TH_ERRORS
 }
 
 PyObject* pinned_new(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
@@ -197,27 +195,24 @@ PyObject* pinned_new(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
     PyErr_SetString(PyExc_TypeError, "new: the lse is a tensor");
     return nullptr;
   }
-  try {
-    at::Tensor out;
-    int result = fire_impl(reinterpret_cast<Pinned*>(self), args, &out);
-    if (result < 0) return nullptr;
-    if (result == 0) Py_RETURN_NONE;
-    at::Tensor lse = THPVariable_Unpack(args[tensors - 1]).detach();
-    PyObject* first = THPVariable_Wrap(std::move(out));
-    if (!first) return nullptr;
-    PyObject* second = THPVariable_Wrap(std::move(lse));
-    if (!second) {
-      Py_DECREF(first);
-      return nullptr;
-    }
-    PyObject* pair = PyTuple_Pack(2, first, second);
+  HANDLE_TH_ERRORS
+  at::Tensor out;
+  int result = fire_impl(reinterpret_cast<Pinned*>(self), args, &out);
+  if (result < 0) return nullptr;
+  if (result == 0) Py_RETURN_NONE;
+  at::Tensor lse = THPVariable_Unpack(args[tensors - 1]).detach();
+  PyObject* first = THPVariable_Wrap(std::move(out));
+  if (!first) return nullptr;
+  PyObject* second = THPVariable_Wrap(std::move(lse));
+  if (!second) {
     Py_DECREF(first);
-    Py_DECREF(second);
-    return pair;
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
     return nullptr;
   }
+  PyObject* pair = PyTuple_Pack(2, first, second);
+  Py_DECREF(first);
+  Py_DECREF(second);
+  return pair;
+  END_HANDLE_TH_ERRORS
 }
 
 void pinned_dealloc(PyObject* object) {
