@@ -451,7 +451,7 @@ def launch(_grid, {params}):
         spec = "{" + "".join(values) + "".join(
             f"{n!r}: ('t', {own.index(aliases.get(n, n))}), " for n in tensors if aliases.get(n, n) is not None) + "}"
         aligned_at = [own.index(n) for n in specialised]
-        pin = "" if descriptors else f"""
+        pin = "" if descriptors or not own else f"""
     def pin(_like, {", ".join(own)}):
         if _module._cached_path_open(_like) is None:
             return None
