@@ -447,7 +447,9 @@ def paged_attention(
                 if result is not None:
                     return result
             out = query.new_empty(*out_size)
-            if fire is not None and fire(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out):
+            # the Python pin (a native one that declined above, fire itself, is not asked again)
+            if new is None and fire is not None and fire(query, key_cache, value_cache, block_table, seq_lens,
+                                                         query_start_loc, out):
                 return out, lse_like.detach()  # a plain call without lse: the plan's one launch, pinned
             if not plain:
                 options = {**options, "alibi_slopes": alibi_slopes, "sinks": sinks, "k_scale": k_scale,
