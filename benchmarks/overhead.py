@@ -17,8 +17,8 @@ kernel long before the host has issued the next call, and the time per call is t
                end-to-end figure of a stream of eager calls)
     wall us    perf_counter over ``--calls`` calls plus the final synchronisation
 
-``paged_attention_out`` passes an lse, which the pinned launch does not take; ``paged_attention_out
-(no lse)`` is the call it serves. Rows besides the public functions: ``... via torch.ops`` calls the
+``paged_attention_out`` passes an lse (pinned with it since the eighteenth run);
+``paged_attention_out (no lse)`` leaves it out. Rows besides the public functions: ``... via torch.ops`` calls the
 registered op through the dispatcher (``torch.ops.paged_attn.<op>``: what torch.compile, export and
 modes see; the public functions skip it on plain eager calls, ``ops/_library.declare``), so the
 difference is the custom-op dispatcher's own cost; and, when FlashInfer imports (CUDA), ``flashinfer decode run()``
@@ -259,7 +259,7 @@ def op_calls(device: torch.device) -> dict[str, Callable[[], Any]]:
         "paged_attention_out": lambda: tpa.paged_attention_out(
             q, kc, vc, table, lens, qsl, out, lse, scale=scale, max_query_len=1
         ),
-        # without the lse: the call the plan's pinned launch serves (lowering/triton/_native.py)
+        # without the lse (the pinned launch serves both, lowering/triton/_native.py)
         "paged_attention_out (no lse)": lambda: tpa.paged_attention_out(
             q, kc, vc, table, lens, qsl, out, None, scale=scale, max_query_len=1
         ),

@@ -563,14 +563,15 @@ def _pin_of(op: str):
     return entries[0][-2 if op == "paged_attention" else -1]
 
 
-@pytest.mark.parametrize("form", ["paged_attention", "paged_attention_out"])
+@pytest.mark.parametrize("form", ["paged_attention", "paged_attention_out", "paged_attention_out with lse"])
 def test_plain_paged_attention_launches_through_its_pin(form, monkeypatch) -> None:
-    """A plain call without lse (no alibi, sinks or fp8 scales) served by its eager entry launches
-    through the plan's pin (``_launch``'s generated ``pin``): one launch, the same grid and
-    arguments as the call that planned it (the output's address its own), without the per-call
-    test of the cached path that the plan's runner makes. Where the cached launch may not run
-    (fast launch off or in check mode, Triton's debug mode, an output off 16-byte alignment,
-    another current device) the pin launches nothing and says so, and the call takes the runner."""
+    """A plain call (no alibi, sinks or fp8 scales; an lse only in the out form) served by its
+    eager entry launches through the plan's pin (``_launch``'s generated ``pin``): one launch, the
+    same grid and arguments as the call that planned it (the output's and lse's addresses its
+    own), without the per-call test of the cached path that the plan's runner makes. Where the
+    cached launch may not run (fast launch off or in check mode, Triton's debug mode, an output or
+    lse off 16-byte alignment, another current device) the pin launches nothing and says so, and
+    the call takes the runner."""
     from triton import knobs
 
     from torch_paged_attn import lowering
@@ -584,13 +585,16 @@ def test_plain_paged_attention_launches_through_its_pin(form, monkeypatch) -> No
     lowering._CHOICES.clear()
     batch = make_paged_batch([1, 1, 1], [20, 7, 33], num_heads=8, num_kv_heads=2, head_size=64, dtype=torch.float32)
     outs = [torch.empty(3, 8, 64) for _ in range(4)]
+    with_lse = form == "paged_attention_out with lse"
+    lses = {id(out): torch.empty(3, 8) for out in outs} if with_lse else {}
     misaligned = _offset_view(outs[0], 1)
+    lse_of = lses.get  # the lse a call passes with each out (None: none)
 
     def call(out):
         launched.clear()
         opened.clear()
-        if form == "paged_attention_out":
-            torch_paged_attn.paged_attention_out(*batch.args(), out, max_query_len=1)
+        if form != "paged_attention":
+            torch_paged_attn.paged_attention_out(*batch.args(), out, lse_of(id(out)), max_query_len=1)
         else:
             out = torch_paged_attn.paged_attention(*batch.args(), max_query_len=1)[0]
         assert len(launched) == 1
@@ -601,7 +605,7 @@ def test_plain_paged_attention_launches_through_its_pin(form, monkeypatch) -> No
         first = call(outs[0])  # planned: kernel[grid]'s arguments
         call(outs[1])  # the plan's runner; remembered, with the pin
         assert len(opened) == 2  # the runner's test of the cached path, then the pin's, once
-        fire = _pin_of(form)
+        fire = _pin_of(form.split()[0])
         assert fire is not None
         for out in outs[2:]:
             kernel, grid, arguments, got = call(out)
@@ -609,11 +613,13 @@ def test_plain_paged_attention_launches_through_its_pin(form, monkeypatch) -> No
             assert (kernel, grid) == first[:2] and len(arguments) == len(first[2])
             for a, b, name in zip(first[2], arguments, _launch._fast_launcher(
                     torch_paged_attn.lowering.triton.paged_attention._attention_kernel).params):
-                if name.name in ("out_ptr", "lse_ptr", "part_out_ptr", "part_lse_ptr"):
+                if name.name == "lse_ptr" and with_lse:
+                    assert a == lses[id(outs[0])].data_ptr() and b == lses[id(out)].data_ptr()
+                elif name.name in ("out_ptr", "lse_ptr", "part_out_ptr", "part_lse_ptr"):
                     assert a == first[3].data_ptr() and b == got.data_ptr(), name.name
                 else:
                     assert type(a) is type(b) and a == b, name.name
-        args = (*batch.args(), outs[2])
+        args = (*batch.args(), outs[2], *([lses[id(outs[2])]] if with_lse else []))
 
         declining = [("setenv", "TORCH_PAGED_ATTN_FAST_LAUNCH", "0"),
                      ("setenv", "TORCH_PAGED_ATTN_FAST_LAUNCH", "check"), ("setattr", knobs.runtime, "debug", True)]
@@ -624,12 +630,18 @@ def test_plain_paged_attention_launches_through_its_pin(form, monkeypatch) -> No
                 assert fire(*args) is False and not launched, change
             assert fire(*args) is True and len(launched) == 1, change  # the change undone
         launched.clear()
-        assert fire(*batch.args(), misaligned) is False and not launched
+        assert fire(*batch.args(), misaligned, *args[7:]) is False and not launched
+        if with_lse:
+            assert fire(*args[:7], _offset_view(args[7], 1)) is False and not launched
+            with pytest.raises(TypeError):  # this entry's fire takes the lse
+                fire(*args[:7])
         device[0] = 1
         assert fire(*args) is False and not launched
         device[0] = 0
         assert fire(*args) is True and len(launched) == 1
-        if form == "paged_attention_out":  # the misaligned output through the runner: its own binary
+        if form != "paged_attention":  # the misaligned output through the runner: its own binary
+            if with_lse:
+                lses[id(misaligned)] = torch.empty(3, 8)
             kernel, grid, arguments, _ = call(misaligned)
             assert opened and (kernel, grid) == first[:2]
             assert arguments[6] == misaligned.data_ptr() and arguments[6] % 16

@@ -137,7 +137,7 @@ def _entry(op: str) -> tuple:
 
 
 @gpu_tier
-@pytest.mark.parametrize("form", ["paged_attention", "paged_attention_out"])
+@pytest.mark.parametrize("form", ["paged_attention", "paged_attention_out", "paged_attention_out with lse"])
 def test_native_pinned_launch_serves_plain_decode_cuda(form, monkeypatch) -> None:
     if _native.module() is None:
         pytest.skip("the native pinned launch did not build here (see the log)")
@@ -148,20 +148,26 @@ def test_native_pinned_launch_serves_plain_decode_cuda(form, monkeypatch) -> Non
                              dtype=torch.bfloat16, device="cuda")
     args = batch.args()
     out = torch.empty(5, 8, 64, dtype=torch.bfloat16, device="cuda")
+    with_lse = form == "paged_attention_out with lse"
+    lse_out = torch.empty(5, 8, device="cuda") if with_lse else None
+    given = (lse_out,) if with_lse else ()  # what fire takes after out
 
     def call():
-        if form == "paged_attention_out":
-            torch_paged_attn.paged_attention_out(*args, out.fill_(float("nan")), max_query_len=1)
-            return out.clone()
+        if form != "paged_attention":
+            if with_lse:
+                lse_out.fill_(float("nan"))
+            torch_paged_attn.paged_attention_out(*args, out.fill_(float("nan")), lse_out, max_query_len=1)
+            return (out.clone(), lse_out.clone()) if with_lse else out.clone()
         return torch_paged_attn.paged_attention(*args, max_query_len=1)
 
     try:
         with monkeypatch.context() as m:
             m.setenv("TORCH_PAGED_ATTN_FAST_LAUNCH", "0")
-            expected = torch_paged_attn.paged_attention(*args, max_query_len=1)[0]
+            # each form against the runner of its own plan (with an lse or without)
+            expected, expected_lse = torch_paged_attn.paged_attention(*args, max_query_len=1, return_lse=with_lse)
         lowering._CHOICES.clear()
         call(), call()  # planned, then remembered with its pin
-        entry = _entry(form)
+        entry = _entry(form.split()[0])
         fire = entry[-2] if form == "paged_attention" else entry[-1]
         assert type(fire).__name__ == "Pinned"
         for _ in range(3):
@@ -171,6 +177,9 @@ def test_native_pinned_launch_serves_plain_decode_cuda(form, monkeypatch) -> Non
                 assert lse.shape == (0,) and lse.dtype == torch.float32 and lse is not entry[4]
                 with pytest.raises(RuntimeError):
                     lse.resize_(4)
+            elif with_lse:
+                got, lse = got
+                assert torch.equal(lse, expected_lse)
             assert torch.equal(got.view(torch.uint8), expected.view(torch.uint8))
 
         # declines: nothing written, and False / None so the caller's runner serves
@@ -178,15 +187,24 @@ def test_native_pinned_launch_serves_plain_decode_cuda(form, monkeypatch) -> Non
         for mode in ("0", "check"):
             with monkeypatch.context() as m:
                 m.setenv("TORCH_PAGED_ATTN_FAST_LAUNCH", mode)
-                assert fire(*args, poisoned) is False
-                assert fire.new(*args, entry[4] if form == "paged_attention" else out) is None
+                assert fire(*args, poisoned, *given) is False
+                if not with_lse:
+                    assert fire.new(*args, entry[4] if form == "paged_attention" else out) is None
         misaligned = torch.full((out.numel() + 1,), float("nan"), dtype=out.dtype, device="cuda")[1:].view(out.shape)
-        assert fire(*args, misaligned) is False
+        assert fire(*args, misaligned, *given) is False
+        if with_lse:
+            lse_out.fill_(float("nan"))
+            off = torch.full((lse_out.numel() + 1,), float("nan"), device="cuda")[1:].view(lse_out.shape)
+            assert fire(*args, poisoned, off) is False
+            torch.cuda.synchronize()
+            assert off.isnan().all() and lse_out.isnan().all()
         torch.cuda.synchronize()
         assert poisoned.isnan().all() and misaligned.isnan().all()
-        assert fire(*args, poisoned) is True
+        assert fire(*args, poisoned, *given) is True
         torch.cuda.synchronize()
         assert torch.equal(poisoned.view(torch.uint8), expected.view(torch.uint8))
+        if with_lse:
+            assert torch.equal(lse_out, expected_lse)
 
         # captured in a CUDA graph, replayed
         static = torch.full_like(out, float("nan"))
@@ -197,12 +215,16 @@ def test_native_pinned_launch_serves_plain_decode_cuda(form, monkeypatch) -> Non
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            if form == "paged_attention_out":
-                torch_paged_attn.paged_attention_out(*args, static, max_query_len=1)
+            if form != "paged_attention":
+                torch_paged_attn.paged_attention_out(*args, static, lse_out, max_query_len=1)
             else:
                 static = torch_paged_attn.paged_attention(*args, max_query_len=1)[0]
+        if with_lse:
+            lse_out.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(static.view(torch.uint8), expected.view(torch.uint8))
+        if with_lse:
+            assert torch.equal(lse_out, expected_lse)
     finally:
         lowering._CHOICES.clear()

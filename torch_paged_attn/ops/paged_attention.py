@@ -275,17 +275,20 @@ def _out_plan(tensors: tuple, out: Tensor, lse: Tensor | None, options: dict) ->
     return run, True
 
 
-# Remembered plain calls without lse launch through their plan's pin (False: through ``run``, as
+# Remembered plain calls (the functional form's without lse) launch through their plan's pin (False: through ``run``, as
 # before it; benchmarks/results/gpu-2026-11-27i/probe_pin.py times both in one process).
 _PIN = True
 
 
-def _pinned(run: Callable, plain: bool, tensors: tuple, out: Tensor) -> Callable | None:
-    """What a remembered plain call without lse keeps besides ``run``: the plan's ``pin`` of
-    these tensors (see lowering/triton/paged_attention.py), None where the plan has none. The
-    entry's check (``lowering.eager_planned``) is what lets later calls use it."""
+def _pinned(run: Callable, plain: bool, tensors: tuple, out: Tensor, lse: Tensor | None = None) -> Callable | None:
+    """What a remembered plain call keeps besides ``run``: the plan's ``pin`` of these tensors
+    (see lowering/triton/paged_attention.py; with the caller's ``lse`` for the out form that
+    passes one), None where the plan has none. The entry's check (``lowering.eager_planned``) is
+    what lets later calls use it."""
     pin = getattr(run, "pin", None) if plain and _PIN else None
-    return None if pin is None else pin(*tensors, out)
+    if pin is None:
+        return None
+    return pin(*tensors, out) if lse is None else pin(*tensors, out, lse)
 
 
 def _without_tensors(options: dict) -> dict:
@@ -547,8 +550,11 @@ def paged_attention_out(
         hit = lowering.eager_planned(key, checked)
         if hit is not None:
             run, options, fire = hit
-            if fire is not None and fire(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out):
-                return  # a plain call without lse: the plan's one launch, pinned
+            if fire is not None and (
+                fire(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out) if lse is None
+                else fire(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, lse)
+            ):
+                return  # a plain call: the plan's one launch, pinned
             if not plain:
                 options = {**options, "alibi_slopes": alibi_slopes, "sinks": sinks, "k_scale": k_scale,
                            "v_scale": v_scale}
@@ -591,7 +597,7 @@ def paged_attention_out(
     run, planned_before = _out_plan(tensors, out, lse, options)
     run(*tensors, out, lse, options)
     if planned_before:  # a signature that recurs: remembered for the path above
-        pinned = _pinned(run, plain and lse is None, tensors, out)
+        pinned = _pinned(run, plain, tensors, out, lse)
         lowering.remember(key, checked, (run, _without_tensors(options), pinned))
 
 

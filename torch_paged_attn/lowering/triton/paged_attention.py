@@ -1041,19 +1041,22 @@ def prepare_paged_attention(
             query_start_loc_ptr=query_start_loc, sinks_ptr=sinks, v_scale_ptr=v_scale, out_ptr=out, lse_ptr=lse_t,
         )
 
-    def pin(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out):
-        """``fire(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out)``
-        for later calls of this plan whose tensors match these in type, dtype, device, sizes and
-        strides (the caller guarantees it: ``lowering.eager_planned``'s check), with no optional
-        tensor (alibi slopes, sinks, fp8 scales, lse) and a plain eager call (``plain_eager``):
-        ``run``'s one launch as one call of the launcher's ``pin`` (``_launch``), True when it
-        launched; False (nothing launched: call ``run``) where the cached launch does not apply
-        to that call. None where this plan has no such launch (split through the workspace,
-        optional tensors, or a launcher without ``pin``) or its launcher has not yet launched
-        these tensors' dtypes, 16-byte aligned, on the current device."""
-        if write_partial or getattr(attention, "pinned", None) != _PINNED:
+    def pin(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out, lse=None):
+        """``fire(query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out)``, or
+        with ``lse`` given ``fire(..., out, lse)`` (a plan whose lse is the caller's), for later
+        calls of this plan whose tensors match these in type, dtype, device, sizes and strides
+        (the caller guarantees it: ``lowering.eager_planned``'s check), with no optional tensor
+        (alibi slopes, sinks, fp8 scales) and a plain eager call (``plain_eager``): ``run``'s one
+        launch as one call of the launcher's ``pin`` (``_launch``), True when it launched; False
+        (nothing launched: call ``run``) where the cached launch does not apply to that call. None
+        where this plan has no such launch (split through the workspace, optional tensors, an lse
+        given or not as the plan has it, or a launcher without ``pin``) or its launcher has not yet
+        launched these tensors' dtypes, 16-byte aligned, on the current device. The native form's
+        ``fire.new`` (out allocated) belongs to the pin without lse, whose last tensor is out."""
+        if write_partial or getattr(attention, "pinned", None) != (_PINNED if lse is None else _PINNED_LSE):
             return None
-        return attention.pin(query, query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out)
+        tensors = (query, key_cache, value_cache, block_table, seq_lens, query_start_loc, out)
+        return attention.pin(query, *tensors) if lse is None else attention.pin(query, *tensors, lse)
 
     run.pin = pin
     return run
@@ -1063,6 +1066,7 @@ def prepare_paged_attention(
 # pointer parameter of _attention_kernel is a stand-in (``same_as``) for one of them.
 _PINNED = ("query_ptr", "key_cache_ptr", "value_cache_ptr", "block_table_ptr", "seq_lens_ptr",
            "query_start_loc_ptr", "out_ptr")
+_PINNED_LSE = (*_PINNED, "lse_ptr")  # a plan with the caller's lse (``paged_attention_out``'s)
 
 
 def _score_warps(decode: bool, fp8_tile: bool, block_m: int, tile_n: int, num_warps: int) -> int:
