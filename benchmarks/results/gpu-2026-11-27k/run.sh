@@ -1,0 +1,28 @@
+# GPU calls of 2026-11-27 (eighteenth session), one H100 machine (logs/callN/).
+#   bash run.sh OUT PART...   PART: tests (the native pinned launch's, launcher, plan-cache,
+#       compile/export and attention test files, GPU tier) | fuzz-attn (the attention fuzz, all
+#       40 families) | rows (overhead.py's rows ROWS, ROUNDS processes in turn, rows_summary.py over
+#       them) | interleaved (../gpu-2026-11-27j/probe_rows.py: the host-time rows interleaved in one
+#       process, native and Python pin; its paged_attention_out passes an lse, pinned since 7d63d30)
+# Calls, in order: see RESULTS.md's eighteenth run.
+. "$(dirname "$0")/../gpu_run.sh"  # out (from $1), here, PYTHONPATH, t()
+prev="$here/../gpu-2026-11-27j"
+ROWS=${ROWS:-"null kernel, cached launch;torch add_ (1 element);paged_attention;paged_attention_out;paged_attention_out (no lse)"}
+while [ $# -gt 0 ]; do
+part=$1; shift
+staging "$part" && continue  # ../gpu_run.sh
+case "$part" in
+tests) t tests 520 -n 10 -m "not fuzz" tests/test_native_launch.py tests/test_fast_launch.py tests/test_plan_cache.py \
+        tests/test_compile_export.py tests/test_triton_paged_attention.py ;;
+fuzz-attn) t fuzz-attn 560 -n 14 -m fuzz tests/test_triton_paged_attention.py ;;
+rows)
+    for round in $(seq 1 "${ROUNDS:-3}"); do
+        timeout 120 python3 benchmarks/overhead.py --rows "$ROWS" --out "$out/rows-$round" > "$out/rows-$round.txt" 2>&1
+        echo "== round $round"; grep -E "^(op |null kernel, cached|torch add_|paged_attention|flashinfer)" "$out/rows-$round.txt"
+    done
+    python3 "$prev/rows_summary.py" "$out" | tee "$out/rows-summary.txt"
+    (cd "$out" && tar czf rows.tar.gz rows-[0-9]* && rm -rf rows-[0-9]*) ;;  # few files come back
+interleaved) timeout 300 python3 "$prev/probe_rows.py" > "$out/interleaved.txt" 2>&1; grep -v Warn "$out/interleaved.txt" | tail -16 ;;
+*) echo "unknown part $part" ;;
+esac
+done
