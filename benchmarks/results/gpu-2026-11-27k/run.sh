@@ -4,7 +4,14 @@
 #       40 families) | rows (overhead.py's rows ROWS, ROUNDS processes in turn, rows_summary.py over
 #       them) | interleaved (../gpu-2026-11-27j/probe_rows.py: the host-time rows interleaved in one
 #       process, native and Python pin; its paged_attention_out passes an lse, pinned since 7d63d30)
-# Calls, in order: see RESULTS.md's eighteenth run.
+# Calls, in order (one H100 80GB HBM3 machine, main 7d63d30):
+#   1 `tests interleaved`: 210 passed, 90 skipped; probe_rows.py, 40 rounds (the host quick in rounds 1-23);
+#   2 `fuzz-attn`: 40 families passed (2,000 configurations), 313 s;
+#   3 `rows` (ROUNDS=5): overhead.py's host-time rows, five processes;
+#   4 `../gpu-2026-11-27j/run.sh mla`: the MLA files, 180 passed; then `rows` (ROUNDS=4), a slow stretch;
+#   5-7 staging: `stash-a` (carry .fa4a1), `stash-fa4 stage` (.fa4a2 .fa4b), `stash-b` (.fibA);
+#   8 `stash-fi site rows` (carry .fibB .fib2; ROUNDS=5, ROWS with "flashinfer decode run()" and
+#     "flashinfer decode run() (tensor cores)" added): the rows against FlashInfer's run(), five processes.
 . "$(dirname "$0")/../gpu_run.sh"  # out (from $1), here, PYTHONPATH, t()
 prev="$here/../gpu-2026-11-27j"
 ROWS=${ROWS:-"null kernel, cached launch;torch add_ (1 element);paged_attention;paged_attention_out;paged_attention_out (no lse)"}
