@@ -275,8 +275,9 @@ def _out_plan(tensors: tuple, out: Tensor, lse: Tensor | None, options: dict) ->
     return run, True
 
 
-# Remembered plain calls (the functional form's without lse) launch through their plan's pin (False: through ``run``, as
-# before it; benchmarks/results/gpu-2026-11-27i/probe_pin.py times both in one process).
+# Remembered plain calls (the functional form's without lse) launch through their plan's pin
+# (False: through ``run``, as before it; benchmarks/results/gpu-2026-11-27i/probe_pin.py times both
+# in one process).
 _PIN = True
 
 
