@@ -649,6 +649,80 @@ def test_plain_paged_attention_launches_through_its_pin(form, monkeypatch) -> No
         lowering._CHOICES.clear()
 
 
+@pytest.mark.parametrize("op", ["reshape_and_cache", "concat_and_cache_mla"])
+def test_plain_cache_writes_launch_through_their_pin(op, monkeypatch) -> None:
+    """A plain cache write (no fp8 scales) that its eager entry serves launches through the plan's
+    pin: from the third call of a signature one launch with the grid and arguments of the call that
+    planned it (the caches' addresses their own), without the runner's test of the cached path;
+    with fast launch off or in check mode, or a cache off 16-byte alignment, the pin launches
+    nothing and says so, and the call takes the runner (one launch, the same arguments)."""
+    from torch_paged_attn import lowering
+
+    launched, _ = _record_launches(monkeypatch)
+    opened = []
+    monkeypatch.setattr(_launch, "_cached_path_open", lambda like: opened.append(like) or _open_on_cpu(like))
+    monkeypatch.delenv("TORCH_PAGED_ATTN_FAST_LAUNCH", raising=False)
+    monkeypatch.delenv("TORCH_PAGED_ATTN_DEBUG", raising=False)
+    lowering._CHOICES.clear()
+    g = torch.Generator().manual_seed(3)
+    slots = torch.tensor([17, -1, 5, 40], dtype=torch.int64)
+    if op == "reshape_and_cache":
+        inputs = (torch.randn(4, 2, 64, generator=g), torch.randn(4, 2, 32, generator=g))
+        caches = [(torch.randn(4, 16, 2, 64, generator=g), torch.randn(4, 16, 2, 32, generator=g)) for _ in range(5)]
+        write = torch_paged_attn.reshape_and_cache
+    else:
+        inputs = (torch.randn(4, 64, generator=g), torch.randn(4, 16, generator=g))
+        caches = [(torch.randn(4, 16, 80, generator=g),) for _ in range(5)]
+        write = torch_paged_attn.concat_and_cache_mla
+
+    def call(cache):
+        launched.clear()
+        opened.clear()
+        write(*inputs, *cache, slots)
+        assert len(launched) == 1
+        (kernel, grid, arguments), = launched
+        return kernel, grid, tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in arguments)
+
+    try:
+        first = call(caches[0])  # planned: kernel[grid]'s arguments
+        call(caches[1])  # the plan's runner; remembered, with the pin
+        entries = [payload for key, found in lowering._CHOICES.items() if isinstance(found, list) and key[0][0] == op
+                   for _, payload in found]
+        assert len(entries) == 1 and entries[0][1] is not None
+        fire = entries[0][1]
+        names = [p.name for p in _launch._fast_launcher(
+            torch_paged_attn.lowering.triton.kv_cache._cache_write_kernel).params]
+
+        def same_launch(launch, cache):  # the planning call's, the caches' addresses this call's
+            kernel, grid, arguments = launch
+            assert (kernel, grid) == first[:2] and len(arguments) == len(first[2])
+            own = {"a_cache_ptr": cache[0], "b_cache_ptr": cache[-1]}
+            for a, b, name in zip(first[2], arguments, names):
+                if name in own and b is not None:
+                    assert b == own[name].data_ptr(), name
+                else:
+                    assert type(a) is type(b) and a == b, name
+
+        for cache in caches[2:4]:
+            same_launch(call(cache), cache)
+            assert not opened, "the runner ran"
+        pinned = (*inputs, slots, *caches[4])  # fire takes the kernel's order
+        for mode in ("0", "check"):
+            with monkeypatch.context() as m:
+                m.setenv("TORCH_PAGED_ATTN_FAST_LAUNCH", mode)
+                launched.clear()
+                assert fire(*pinned) is False and not launched, mode
+                if mode == "check":  # the runner serves the call (with fast launch off, kernel[grid] does)
+                    same_launch(call(caches[4]), caches[4])
+                    assert opened, mode
+        launched.clear()
+        misaligned = tuple(_offset_view(c, 1) for c in caches[4])
+        assert fire(*inputs, slots, *misaligned) is False and not launched
+        assert fire(*pinned) is True and len(launched) == 1
+    finally:
+        lowering._CHOICES.clear()
+
+
 def test_launcher_without_the_cached_path_is_launch(monkeypatch) -> None:
     from triton.runtime.interpreter import InterpretedFunction
 

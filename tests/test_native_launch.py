@@ -10,7 +10,8 @@ GPU tier (CUDA, TRITON_INTERPRET unset, the extension built): a repeated plain d
 either form is served by a ``Pinned`` and writes exactly what the runner writes; it declines (writes
 nothing, the runner serves) with fast launch off, in check mode and for a misaligned output; the
 functional form's lse is a new ``[0]`` tensor each call that cannot grow; CUDA-graph capture of a
-natively served call replays to the eager result.
+natively served call replays to the eager result. Repeated plain cache writes (``reshape_and_cache``,
+``concat_and_cache_mla``) are served by one too and write what index assignment writes.
 """
 
 from __future__ import annotations
@@ -226,5 +227,101 @@ def test_native_pinned_launch_serves_plain_decode_cuda(form, monkeypatch) -> Non
         assert torch.equal(static.view(torch.uint8), expected.view(torch.uint8))
         if with_lse:
             assert torch.equal(lse_out, expected_lse)
+    finally:
+        lowering._CHOICES.clear()
+
+
+@gpu_tier
+@pytest.mark.parametrize("op", ["reshape_and_cache", "concat_and_cache_mla"])
+@pytest.mark.parametrize("slot_dtype", [torch.int64, torch.int32])
+def test_native_pinned_cache_writes_cuda(op, slot_dtype, monkeypatch) -> None:
+    """Repeated plain cache writes served by a ``Pinned``: new values in the same inputs and new
+    slots each call, into poisoned caches, write exactly what index assignment does (a negative
+    slot skipped, rows past the slots never read); a decline writes nothing; a CUDA-graph capture
+    of a natively served call replays to it."""
+    if _native.module() is None:
+        pytest.skip("the native pinned launch did not build here (see the log)")
+    monkeypatch.delenv("TORCH_PAGED_ATTN_FAST_LAUNCH", raising=False)
+    monkeypatch.delenv("TORCH_PAGED_ATTN_DEBUG", raising=False)
+    lowering._CHOICES.clear()
+    g = torch.Generator(device="cpu").manual_seed(11)
+    num_blocks, block_size, tokens = 6, 16, 5
+    if op == "reshape_and_cache":
+        inputs = (torch.empty(tokens + 2, 2, 64, dtype=torch.bfloat16, device="cuda"),
+                  torch.empty(tokens + 2, 2, 32, dtype=torch.bfloat16, device="cuda"))
+        shapes = ((num_blocks, block_size, 2, 64), (num_blocks, block_size, 2, 32))
+        write = torch_paged_attn.reshape_and_cache
+    else:
+        inputs = (torch.empty(tokens + 2, 512, dtype=torch.bfloat16, device="cuda"),
+                  torch.empty(tokens + 2, 64, dtype=torch.bfloat16, device="cuda"))
+        shapes = ((num_blocks, block_size, 576),)
+        write = torch_paged_attn.concat_and_cache_mla
+    slots = torch.empty(tokens, dtype=slot_dtype, device="cuda")
+
+    def fresh():  # new values in the same tensors: the inputs, the slots (one skipped), poisoned caches
+        for t in inputs:
+            t.copy_(torch.randn(t.shape, generator=g))
+        chosen = torch.randperm(num_blocks * block_size, generator=g)[:tokens]
+        chosen[1] = -1
+        slots.copy_(chosen)
+        return tuple(torch.full(s, float("nan"), dtype=torch.bfloat16, device="cuda") for s in shapes)
+
+    def expected(caches):  # index assignment, row by row
+        want = [c.clone() for c in caches]
+        for t, s in enumerate(slots.tolist()):
+            if s < 0:
+                continue
+            b, o = divmod(s, block_size)
+            if op == "reshape_and_cache":
+                want[0][b, o], want[1][b, o] = inputs[0][t], inputs[1][t]
+            else:
+                want[0][b, o] = torch.cat([inputs[0][t], inputs[1][t]])
+        return want
+
+    def same(got, want):
+        return all(torch.equal(a.view(torch.int16), b.view(torch.int16)) for a, b in zip(got, want))
+
+    try:
+        for _ in range(2):  # planned, then remembered with its pin
+            caches = fresh()
+            want = expected(caches)
+            write(*inputs, *caches, slots)
+            assert same(caches, want)
+        entries = [payload for key, found in lowering._CHOICES.items() if isinstance(found, list) and key[0][0] == op
+                   for _, payload in found]
+        assert len(entries) == 1 and type(entries[0][1]).__name__ == "Pinned"
+        fire = entries[0][1]
+        for _ in range(3):
+            caches = fresh()
+            want = expected(caches)
+            write(*inputs, *caches, slots)
+            assert same(caches, want)
+
+        caches = fresh()
+        for mode in ("0", "check"):  # declines: nothing written
+            with monkeypatch.context() as m:
+                m.setenv("TORCH_PAGED_ATTN_FAST_LAUNCH", mode)
+                assert fire(*inputs, slots, *caches) is False
+        torch.cuda.synchronize()
+        assert all(c.isnan().all() for c in caches)
+        assert fire(*inputs, slots, *caches) is True
+        assert same(caches, expected(tuple(torch.full(s, float("nan"), dtype=torch.bfloat16, device="cuda")
+                                            for s in shapes)))
+
+        static = fresh()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            write(*inputs, *fresh(), slots)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            write(*inputs, *static, slots)
+        for c in static:
+            c.fill_(float("nan"))
+        want = expected(static)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert same(static, want)
     finally:
         lowering._CHOICES.clear()

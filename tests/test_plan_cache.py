@@ -405,3 +405,45 @@ def test_eager_entries_of_mla_and_merge(usual_path, op):
     if op == "mla_decode":
         with pytest.raises(TypeError, match="mla_decode: causal: expected a bool, got int"):
             call(causal=1)
+
+
+@pytest.mark.parametrize("op", ["reshape_and_cache", "concat_and_cache_mla"])
+def test_eager_entries_of_cache_writes(usual_path, op):
+    """The cache writes: planned at the first call, remembered at the second, then served by their
+    entry, each call writing its own values into its own (poisoned) caches where index assignment
+    puts them, a negative slot skipped; a bad input of the same shapes still raises, and so does
+    an fp8 cache without its scale."""
+    g = torch.Generator().manual_seed(9)
+    slots = torch.tensor([17, -1, 5, 60])
+    if op == "reshape_and_cache":
+        inputs = (torch.empty(4, 2, 32), torch.empty(4, 2, 16))
+        shapes = ((4, 16, 2, 32), (4, 16, 2, 16))
+        write = pa.reshape_and_cache
+
+        def rows(t):
+            return (inputs[0][t], inputs[1][t])
+    else:
+        inputs = (torch.empty(4, 32), torch.empty(4, 16))
+        shapes = ((4, 16, 48),)
+        write = pa.concat_and_cache_mla
+
+        def rows(t):
+            return (torch.cat([inputs[0][t], inputs[1][t]]),)
+    for _ in range(4):
+        for t in inputs:
+            t.copy_(torch.randn(t.shape, generator=g))
+        caches = tuple(torch.full(s, float("nan")) for s in shapes)
+        write(*inputs, *caches, slots)
+        want = tuple(torch.full(s, float("nan")) for s in shapes)
+        for t, s in enumerate(slots.tolist()):
+            if s >= 0:
+                for w, row in zip(want, rows(t)):
+                    w[s // 16, s % 16] = row
+        for c, w in zip(caches, want):
+            assert torch.equal(c.nan_to_num(7.0), w.nan_to_num(7.0))
+    assert usual_path == [op] * 2
+    with pytest.raises(TypeError, match=f"{op}: .*expected dtype float32"):
+        write(inputs[0], inputs[1].half(), *caches, slots)
+    fp8 = tuple(torch.zeros(s, dtype=torch.float8_e4m3fn) for s in shapes)
+    with pytest.raises((TypeError, ValueError), match=f"{op}: .*scale"):
+        write(*inputs, *fp8, slots)

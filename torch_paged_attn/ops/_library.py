@@ -4,8 +4,8 @@ Each op is declared with ``torch.library.triton_op`` in the module named beside 
 (inferred from the annotated signature), exact mutation annotations, and a body that validates
 its inputs and hands them to the backend ``torch_paged_attn.lowering.select`` picks; on plain
 tensors it does both once per call signature (``lowering.plan``), and a repeated signature goes
-straight to allocation and launch (the public functions of paged_attention, mla_decode and
-merge_attn_states go further: a plain eager call that recurs skips even the signature, through
+straight to allocation and launch (the public functions of paged_attention, mla_decode,
+merge_attn_states and the cache writes go further: a plain eager call that recurs skips even the signature, through
 ``lowering.eager_planned``). The body doubles as the fake kernel (it allocates outputs from
 shapes and launches nothing on fake tensors), and under torch.compile Inductor traces through it to the kernels it launches;
 ``torch.export`` keeps one ``torch.ops.paged_attn.*`` node per call.

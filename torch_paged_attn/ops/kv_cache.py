@@ -20,7 +20,7 @@ from ._checks import (
     debug_checks_enabled,
     signature,
 )
-from ._library import declare
+from ._library import declare, plain_eager
 
 
 def _check_slots(c: Checker, slot_mapping: Tensor, num_rows: int, num_slots: int, rows_arg: str) -> None:
@@ -50,16 +50,26 @@ def _reshape_and_cache(
     v_scale: Tensor | None = None,
 ) -> None:
     tensors = (key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
+    run, _ = _reshape_plan(tensors)
+    run(*tensors, {})
+
+
+def _reshape_plan(tensors: tuple) -> tuple:
+    """``(run, planned_before)``: the plan of a reshape_and_cache call of these ``tensors`` (its
+    arguments, in order), validated where it is new (and at every call under
+    ``TORCH_PAGED_ATTN_DEBUG=1``), and whether it existed before this call."""
+    key, key_cache, slot_mapping = tensors[0], tensors[2], tensors[4]
     call = signature("reshape_and_cache", tensors)  # what validation reads: the key of the plan
     run = lowering.planned(call)
     if run is None or debug_checks_enabled(key, slot_mapping):
         _check_reshape_and_cache(*tensors)
-    if run is None:
-        def facts() -> dict:
-            return {"device": key.device.type, "dtype": key.dtype, "cache_dtype": key_cache.dtype}
+    if run is not None:
+        return run, True
 
-        run = lowering.plan("reshape_and_cache", call, facts, tensors, {})
-    run(*tensors, {})
+    def facts() -> dict:
+        return {"device": key.device.type, "dtype": key.dtype, "cache_dtype": key_cache.dtype}
+
+    return lowering.plan("reshape_and_cache", call, facts, tensors, {}), False
 
 
 def _check_reshape_and_cache(
@@ -142,12 +152,36 @@ def reshape_and_cache(
         >>> torch.equal(kc[1, 1], k[0]) and torch.equal(vc[0, 5], v[2])
         True
     """
+    plain = k_scale is None and v_scale is None and plain_eager(key)
+    if plain:  # a repeated plain call: its plan's launch, pinned (see lowering.eager_planned)
+        entry = ("reshape_and_cache", key.shape[:1])
+        hit = lowering.eager_planned(entry, (key, value, key_cache, value_cache, slot_mapping))
+        if hit is not None:
+            run, fire = hit
+            if fire is None or not fire(key, value, slot_mapping, key_cache, value_cache):
+                run(key, value, key_cache, value_cache, slot_mapping, None, None, {})
+            return
     check_arg_types(
         "reshape_and_cache",
         _RESHAPE_TYPES,
         (key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale),
     )
-    _reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
+    if not plain:
+        _reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
+        return
+    # the op's body, as declare's plain eager path runs it, remembering a signature that recurs
+    tensors = (key, value, key_cache, value_cache, slot_mapping, None, None)
+    run, planned_before = _reshape_plan(tensors)
+    run(*tensors, {})
+    if planned_before:
+        lowering.remember(entry, tensors[:5], (run, _pinned(run, tensors[:5])))
+
+
+def _pinned(run, tensors: tuple):
+    """The plan's pinned launch of these tensors (a cache write's ``run.pin``, lowering/triton/kv_cache.py),
+    None where the plan has none."""
+    pin = getattr(run, "pin", None)
+    return None if pin is None else pin(*tensors)
 
 
 # -- concat_and_cache_mla ---------------------------------------------------------------------
@@ -162,16 +196,24 @@ def _concat_and_cache_mla(
     scale: Tensor | None = None,
 ) -> None:
     tensors = (kv_c, k_pe, kv_cache, slot_mapping, scale)
+    run, _ = _concat_plan(tensors)
+    run(*tensors, {})
+
+
+def _concat_plan(tensors: tuple) -> tuple:
+    """``(run, planned_before)`` of a concat_and_cache_mla call, as ``_reshape_plan``."""
+    kv_c, kv_cache, slot_mapping = tensors[0], tensors[2], tensors[3]
     call = signature("concat_and_cache_mla", tensors)  # what validation reads: the key of the plan
     run = lowering.planned(call)
     if run is None or debug_checks_enabled(kv_c, slot_mapping):
         _check_concat_and_cache_mla(*tensors)
-    if run is None:
-        def facts() -> dict:
-            return {"device": kv_c.device.type, "dtype": kv_c.dtype, "cache_dtype": kv_cache.dtype}
+    if run is not None:
+        return run, True
 
-        run = lowering.plan("concat_and_cache_mla", call, facts, tensors, {})
-    run(*tensors, {})
+    def facts() -> dict:
+        return {"device": kv_c.device.type, "dtype": kv_c.dtype, "cache_dtype": kv_cache.dtype}
+
+    return lowering.plan("concat_and_cache_mla", call, facts, tensors, {}), False
 
 
 def _check_concat_and_cache_mla(
@@ -234,8 +276,25 @@ def concat_and_cache_mla(
         >>> torch.equal(cache[1, 2], torch.cat([c[0], pe[0]]))
         True
     """
+    plain = scale is None and plain_eager(kv_c)
+    if plain:  # a repeated plain call: its plan's launch, pinned (see lowering.eager_planned)
+        entry = ("concat_and_cache_mla", kv_c.shape[:1])
+        hit = lowering.eager_planned(entry, (kv_c, k_pe, kv_cache, slot_mapping))
+        if hit is not None:
+            run, fire = hit
+            if fire is None or not fire(kv_c, k_pe, slot_mapping, kv_cache):
+                run(kv_c, k_pe, kv_cache, slot_mapping, None, {})
+            return
     check_arg_types("concat_and_cache_mla", _CONCAT_TYPES, (kv_c, k_pe, kv_cache, slot_mapping, scale))
-    _concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, scale)
+    if not plain:
+        _concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, scale)
+        return
+    # the op's body, as declare's plain eager path runs it, remembering a signature that recurs
+    tensors = (kv_c, k_pe, kv_cache, slot_mapping, None)
+    run, planned_before = _concat_plan(tensors)
+    run(*tensors, {})
+    if planned_before:
+        lowering.remember(entry, tensors[:4], (run, _pinned(run, tensors[:4])))
 
 
 # -- gather_cache -----------------------------------------------------------------------------

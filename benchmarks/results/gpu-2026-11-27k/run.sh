@@ -3,7 +3,9 @@
 #       compile/export and attention test files, GPU tier) | fuzz-attn (the attention fuzz, all
 #       40 families) | rows (overhead.py's rows ROWS, ROUNDS processes in turn, rows_summary.py over
 #       them) | interleaved (../gpu-2026-11-27j/probe_rows.py: the host-time rows interleaved in one
-#       process, native and Python pin; its paged_attention_out passes an lse, pinned since 7d63d30)
+#       process, native and Python pin; its paged_attention_out passes an lse, pinned since 7d63d30) |
+#       writes (probe_writes.py: the cache writes' eager entries against the usual path, interleaved) |
+#       writes-tests (the files that write caches: native launch, launcher, kernel, model, serving, transformers)
 # Calls, in order (one H100 80GB HBM3 machine, main 7d63d30):
 #   1 `tests interleaved`: 210 passed, 90 skipped; probe_rows.py, 40 rounds (the host quick in rounds 1-23);
 #   2 `fuzz-attn`: 40 families passed (2,000 configurations), 313 s;
@@ -21,6 +23,9 @@ staging "$part" && continue  # ../gpu_run.sh
 case "$part" in
 tests) t tests 520 -n 10 -m "not fuzz" tests/test_native_launch.py tests/test_fast_launch.py tests/test_plan_cache.py \
         tests/test_compile_export.py tests/test_triton_paged_attention.py ;;
+writes-tests) t writes-tests 420 -n 10 -m "not fuzz" tests/test_native_launch.py tests/test_fast_launch.py \
+        tests/test_triton_kv_cache.py tests/test_cache.py tests/test_kernel_writes.py tests/test_model_integration.py \
+        tests/test_serving.py tests/test_transformers.py ;;
 fuzz-attn) t fuzz-attn 560 -n 14 -m fuzz tests/test_triton_paged_attention.py ;;
 rows)
     for round in $(seq 1 "${ROUNDS:-3}"); do
@@ -29,6 +34,7 @@ rows)
     done
     python3 "$prev/rows_summary.py" "$out" | tee "$out/rows-summary.txt"
     (cd "$out" && tar czf rows.tar.gz rows-[0-9]* && rm -rf rows-[0-9]*) ;;  # few files come back
+writes) timeout 300 python3 "$here/probe_writes.py" > "$out/writes.txt" 2>&1; grep -v Warn "$out/writes.txt" | tail -24 ;;
 interleaved) timeout 300 python3 "$prev/probe_rows.py" > "$out/interleaved.txt" 2>&1; grep -v Warn "$out/interleaved.txt" | tail -16 ;;
 *) echo "unknown part $part" ;;
 esac

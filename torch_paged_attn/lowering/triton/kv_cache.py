@@ -340,7 +340,25 @@ def prepare_reshape_and_cache(
             b_scale_ptr=v_scale if fp8 else None,
         )
 
+    def pin(key, value, key_cache, value_cache, slot_mapping):
+        """``fire(key, value, slot_mapping, key_cache, value_cache)`` (the kernel's order): ``run``'s
+        launch pinned (``_launch``'s "Pinned launches"; True when it launched, False where the
+        cached launch does not apply to that call: call ``run``) for later plain eager calls whose
+        tensors match these in type, dtype, device, sizes and strides (the caller checks:
+        ``lowering.eager_planned``); None for an fp8 cache (its scales are not pinned) or where the
+        launcher has not yet launched these dtypes, 16-byte aligned, on the current device."""
+        if fp8 or getattr(write, "pinned", None) != _PINNED_WRITE:
+            return None
+        return write.pin(key_cache, key, value, slot_mapping, key_cache, value_cache)
+
+    run.pin = pin
     return run
+
+
+# The tensors of a cache write's pinned launch, in _cache_write_kernel's order (the scales, None
+# for a bf16/fp16/fp32 cache, are not among them; the MLA form has no b_cache_ptr)
+_PINNED_WRITE = ("a_ptr", "b_ptr", "slot_mapping_ptr", "a_cache_ptr", "b_cache_ptr")
+_PINNED_WRITE_MLA = ("a_ptr", "b_ptr", "slot_mapping_ptr", "a_cache_ptr")
 
 
 def _nothing(*args) -> None:
@@ -421,6 +439,13 @@ def prepare_concat_and_cache_mla(
             a_scale_ptr=scale if fp8 else None,
         )
 
+    def pin(kv_c, k_pe, kv_cache, slot_mapping):
+        """``fire(kv_c, k_pe, slot_mapping, kv_cache)``: as ``prepare_reshape_and_cache``'s ``pin``."""
+        if fp8 or getattr(write, "pinned", None) != _PINNED_WRITE_MLA:
+            return None
+        return write.pin(kv_cache, kv_c, k_pe, slot_mapping, kv_cache)
+
+    run.pin = pin
     return run
 
 

@@ -1,0 +1,74 @@
+"""The cache writes' host time with their eager entries (7d63d30's successor: a repeated plain
+``reshape_and_cache`` / ``concat_and_cache_mla`` call served by its plan's pinned launch) against
+the usual path, the rows' repetitions interleaved in one process as ``../gpu-2026-11-27j/probe_rows.py``
+does: each round times every row once (CUDA events over ``CALLS`` back-to-back calls, then host time
+over 100 calls issued while a sleep kernel holds the GPU). Rows per op: as shipped (the native
+``Pinned`` where it builds), "[python pin]" (``TORCH_PAGED_ATTN_NATIVE_LAUNCH=0`` when the entry was
+remembered), and "[usual path]" (``lowering.eager_planned`` answering None: validation by
+signature, the plan's runner and the launcher's cached path, as every call went before the
+entries). Inputs: ``overhead.py``'s (one token, 8 kv heads of 128 / a 512 + 64 MLA row).
+
+    python3 probe_writes.py   # ROUNDS=30 CALLS=1000
+"""
+import os
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+import overhead as O  # noqa: E402
+
+from torch_paged_attn import lowering  # noqa: E402
+
+OPS = ("reshape_and_cache", "concat_and_cache_mla")
+
+
+def main():
+    device = torch.device("cuda")
+    rounds, calls = int(os.environ.get("ROUNDS", 30)), int(os.environ.get("CALLS", 1000))
+    ops = O.op_calls(device)
+    fns = {"null kernel, cached launch": O.null_kernel(cached=True)}
+    choices = {}
+    for suffix, native in (("", "1"), (" [python pin]", "0")):
+        os.environ["TORCH_PAGED_ATTN_NATIVE_LAUNCH"] = native
+        lowering._CHOICES = {}
+        for name in OPS:
+            fns[name + suffix] = ops[name]
+            for _ in range(50):
+                ops[name]()
+            choices[name + suffix] = lowering._CHOICES
+    os.environ.pop("TORCH_PAGED_ATTN_NATIVE_LAUNCH")
+    for name in OPS:
+        fns[name + " [usual path]"] = ops[name]
+        choices[name + " [usual path]"] = choices[name]
+    for name, table in choices.items():  # the fire each remembered entry holds
+        fires = [(key[0][0], type(payload[-1]).__name__) for key, entries in table.items()
+                 if isinstance(entries, list) for _, payload in entries]
+        print(f"{name}: {fires}")
+    eager_planned = lowering.eager_planned
+    rows = list(fns)
+    got = {name: {"events": [], "host": []} for name in rows}
+    for _ in range(rounds):
+        for name in rows:
+            if name in choices:
+                lowering._CHOICES = choices[name]
+            lowering.eager_planned = (lambda key, tensors: None) if name.endswith("[usual path]") else eager_planned
+            got[name]["events"].append(O.events_us(fns[name], calls))
+            got[name]["host"].append(O.host_us(fns[name], device))
+    lowering.eager_planned = eager_planned
+    print(f"{torch.cuda.get_device_name()}: {rounds} rounds, rows interleaved; us a call")
+    print(f"{'row':36s} {'figure':7s} {'median':>7s} {'q1':>6s} {'q3':>6s} {'min':>6s}  {'- null, paired median':>22s}")
+    null = got[rows[0]]
+    for name in rows:
+        for fig in ("events", "host"):
+            v = got[name][fig]
+            q1, _, q3 = statistics.quantiles(v, n=4)
+            paired = statistics.median(a - b for a, b in zip(v, null[fig]))
+            print(f"{name:36s} {fig:7s} {statistics.median(v):7.1f} {q1:6.1f} {q3:6.1f} {min(v):6.1f}  {paired:22.1f}")
+    for name in rows:
+        print(f"{name} events each round: " + " ".join(f"{x:.1f}" for x in got[name]["events"]))
+
+
+if __name__ == "__main__":
+    main()
