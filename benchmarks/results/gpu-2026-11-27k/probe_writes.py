@@ -4,9 +4,11 @@ the usual path, the rows' repetitions interleaved in one process as ``../gpu-202
 does: each round times every row once (CUDA events over ``CALLS`` back-to-back calls, then host time
 over 100 calls issued while a sleep kernel holds the GPU). Rows per op: as shipped (the native
 ``Pinned`` where it builds), "[python pin]" (``TORCH_PAGED_ATTN_NATIVE_LAUNCH=0`` when the entry was
-remembered), and "[usual path]" (``lowering.eager_planned`` answering None: validation by
-signature, the plan's runner and the launcher's cached path, as every call went before the
-entries). Inputs: ``overhead.py``'s (one token, 8 kv heads of 128 / a 512 + 64 MLA row).
+remembered), and "[usual path]" (``lowering.eager_planned`` answering None and
+``lowering.remember`` doing nothing: validation by signature, the plan's runner and the launcher's
+cached path, as every call went before the entries; call 9 ran it without the second, so that
+every call of that row remembered its signature again, pinning a new launch each time:
+``logs/call9/writes-remembering.txt``). Inputs: ``overhead.py``'s (one token, 8 kv heads of 128 / a 512 + 64 MLA row).
 
     python3 probe_writes.py   # ROUNDS=30 CALLS=1000
 """
@@ -46,17 +48,19 @@ def main():
         fires = [(key[0][0], type(payload[-1]).__name__) for key, entries in table.items()
                  if isinstance(entries, list) for _, payload in entries]
         print(f"{name}: {fires}")
-    eager_planned = lowering.eager_planned
+    eager_planned, remember = lowering.eager_planned, lowering.remember
     rows = list(fns)
     got = {name: {"events": [], "host": []} for name in rows}
     for _ in range(rounds):
         for name in rows:
             if name in choices:
                 lowering._CHOICES = choices[name]
-            lowering.eager_planned = (lambda key, tensors: None) if name.endswith("[usual path]") else eager_planned
+            usual = name.endswith("[usual path]")
+            lowering.eager_planned = (lambda key, tensors: None) if usual else eager_planned
+            lowering.remember = (lambda key, tensors, payload: None) if usual else remember
             got[name]["events"].append(O.events_us(fns[name], calls))
             got[name]["host"].append(O.host_us(fns[name], device))
-    lowering.eager_planned = eager_planned
+    lowering.eager_planned, lowering.remember = eager_planned, remember
     print(f"{torch.cuda.get_device_name()}: {rounds} rounds, rows interleaved; us a call")
     print(f"{'row':36s} {'figure':7s} {'median':>7s} {'q1':>6s} {'q3':>6s} {'min':>6s}  {'- null, paired median':>22s}")
     null = got[rows[0]]
