@@ -4,11 +4,12 @@ the usual path, the rows' repetitions interleaved in one process as ``../gpu-202
 does: each round times every row once (CUDA events over ``CALLS`` back-to-back calls, then host time
 over 100 calls issued while a sleep kernel holds the GPU). Rows per op: as shipped (the native
 ``Pinned`` where it builds), "[python pin]" (``TORCH_PAGED_ATTN_NATIVE_LAUNCH=0`` when the entry was
-remembered), and "[usual path]" (``lowering.eager_planned`` answering None and
-``lowering.remember`` doing nothing: validation by signature, the plan's runner and the launcher's
-cached path, as every call went before the entries; call 9 ran it without the second, so that
-every call of that row remembered its signature again, pinning a new launch each time:
-``logs/call9/writes-remembering.txt``). Inputs: ``overhead.py``'s (one token, 8 kv heads of 128 / a 512 + 64 MLA row).
+remembered), and "[usual path]" (``lowering.eager_planned`` answering None, ``lowering.remember``
+doing nothing and ``ops.kv_cache._pinned`` pinning nothing: validation by signature, the plan's
+runner and the launcher's cached path, as every call went before the entries). Calls 9 and 10 ran
+it without the last two and the last one: every call of that row pinned a new launch, which
+``remember`` then stored (call 9, ``logs/call9/writes-remembering.txt``) or dropped (call 10,
+``logs/call10/writes.txt``), so their usual-path rows are slower than the usual path was. Inputs: ``overhead.py``'s (one token, 8 kv heads of 128 / a 512 + 64 MLA row).
 
     python3 probe_writes.py   # ROUNDS=30 CALLS=1000
 """
@@ -22,6 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import overhead as O  # noqa: E402
 
 from torch_paged_attn import lowering  # noqa: E402
+from torch_paged_attn.ops import kv_cache  # noqa: E402
 
 OPS = ("reshape_and_cache", "concat_and_cache_mla")
 
@@ -48,7 +50,7 @@ def main():
         fires = [(key[0][0], type(payload[-1]).__name__) for key, entries in table.items()
                  if isinstance(entries, list) for _, payload in entries]
         print(f"{name}: {fires}")
-    eager_planned, remember = lowering.eager_planned, lowering.remember
+    eager_planned, remember, pinned = lowering.eager_planned, lowering.remember, kv_cache._pinned
     rows = list(fns)
     got = {name: {"events": [], "host": []} for name in rows}
     for _ in range(rounds):
@@ -58,9 +60,10 @@ def main():
             usual = name.endswith("[usual path]")
             lowering.eager_planned = (lambda key, tensors: None) if usual else eager_planned
             lowering.remember = (lambda key, tensors, payload: None) if usual else remember
+            kv_cache._pinned = (lambda run, tensors: None) if usual else pinned
             got[name]["events"].append(O.events_us(fns[name], calls))
             got[name]["host"].append(O.host_us(fns[name], device))
-    lowering.eager_planned, lowering.remember = eager_planned, remember
+    lowering.eager_planned, lowering.remember, kv_cache._pinned = eager_planned, remember, pinned
     print(f"{torch.cuda.get_device_name()}: {rounds} rounds, rows interleaved; us a call")
     print(f"{'row':36s} {'figure':7s} {'median':>7s} {'q1':>6s} {'q3':>6s} {'min':>6s}  {'- null, paired median':>22s}")
     null = got[rows[0]]
