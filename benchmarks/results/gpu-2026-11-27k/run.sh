@@ -13,7 +13,13 @@
 #   4 `../gpu-2026-11-27j/run.sh mla`: the MLA files, 180 passed; then `rows` (ROUNDS=4), a slow stretch;
 #   5-7 staging: `stash-a` (carry .fa4a1), `stash-fa4 stage` (.fa4a2 .fa4b), `stash-b` (.fibA);
 #   8 `stash-fi site rows` (carry .fibB .fib2; ROUNDS=5, ROWS with "flashinfer decode run()" and
-#     "flashinfer decode run() (tensor cores)" added): the rows against FlashInfer's run(), five processes.
+#     "flashinfer decode run() (tensor cores)" added): the rows against FlashInfer's run(), five processes;
+#   then, on e4dd039 (the cache writes' eager entries), a second machine:
+#   9 `writes-tests writes` (ROUNDS=30): 175 passed, 22 skipped, 2 xfailed; probe_writes.py with a usual-path row
+#     that remembered (and pinned) every call (logs/call9/writes-remembering.txt);
+#   10 `writes` (ROUNDS=30), then `rows` (ROUNDS=3, ROWS: null, add_, paged_attention, _out, both cache
+#     writes): the usual-path row still pinned a launch a call;
+#   11 `writes` (ROUNDS=30), a third machine: the usual-path row as the calls went before the entries.
 . "$(dirname "$0")/../gpu_run.sh"  # out (from $1), here, PYTHONPATH, t()
 prev="$here/../gpu-2026-11-27j"
 ROWS=${ROWS:-"null kernel, cached launch;torch add_ (1 element);paged_attention;paged_attention_out;paged_attention_out (no lse)"}
