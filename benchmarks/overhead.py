@@ -351,6 +351,36 @@ def host_us(fn: Callable[[], Any], device: torch.device, n: int = 100) -> float:
     return elapsed * 1e6 / n
 
 
+def interleaved(fns: dict[str, Callable[[], Any]], device: torch.device, rounds: int, calls: int,
+                before: Callable[[str], None] = lambda name: None) -> dict[str, dict[str, list[float]]]:
+    """Each row of ``fns`` timed once a round (``events_us`` over ``calls`` calls, then ``host_us``),
+    the rows in turn, for ``rounds`` rounds, so that a slow stretch of the host lands on every row
+    alike; ``before(name)`` runs before each row's timing. ``{row: {"events": [...], "host": [...]}}``."""
+    got = {name: {"events": [], "host": []} for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            before(name)
+            got[name]["events"].append(events_us(fn, calls))
+            got[name]["host"].append(host_us(fn, device))
+    return got
+
+
+def print_interleaved(got: dict[str, dict[str, list[float]]], width: int = 28) -> None:
+    """``interleaved``'s figures: per row and figure the median, quartiles and minimum over the
+    rounds and the median of its paired difference to the first row's (the null launch), then each
+    row's events figure round by round."""
+    print(f"{'row':{width}s} {'figure':7s} {'median':>7s} {'q1':>6s} {'q3':>6s} {'min':>6s}  {'- null, paired median':>22s}")
+    null = next(iter(got.values()))
+    for name, figures in got.items():
+        for fig in ("events", "host"):
+            v = figures[fig]
+            q1, _, q3 = statistics.quantiles(v, n=4)
+            paired = statistics.median(a - b for a, b in zip(v, null[fig]))
+            print(f"{name:{width}s} {fig:7s} {statistics.median(v):7.1f} {q1:6.1f} {q3:6.1f} {min(v):6.1f}  {paired:22.1f}")
+    for name, figures in got.items():
+        print(f"{name} events each round: " + " ".join(f"{x:.1f}" for x in figures["events"]))
+
+
 def measure(fn: Callable[[], Any], device: torch.device, calls: int, reps: int) -> dict[str, float | None]:
     for _ in range(20):  # JIT compilation, allocator growth
         fn()

@@ -13,10 +13,10 @@ with ``TORCH_PAGED_ATTN_NATIVE_LAUNCH=0`` (the Python ``fire``), each row with i
     python3 probe_rows.py   # ROUNDS=40 CALLS=1000
 
 (Calls 3-8 ran it with its own copies of the two timers, since moved into overhead.py as
-``events_us`` and ``host_us``, the same code.)
+``events_us`` and ``host_us``, the same code; its rounds loop and summary moved there too, as
+``interleaved`` and ``print_interleaved``, in the eighteenth session, the same code.)
 """
 import os
-import statistics
 import sys
 
 import torch
@@ -56,24 +56,13 @@ def main():
         fn()
     torch.cuda.synchronize()
 
-    got = {name: {"events": [], "host": []} for name in ROWS}
-    for _ in range(rounds):
-        for name in ROWS:
-            if name in choices:
-                lowering._CHOICES = choices[name]
-            got[name]["events"].append(O.events_us(fns[name], calls))
-            got[name]["host"].append(O.host_us(fns[name], device))
+    def before(name):  # the row's own eager entries
+        if name in choices:
+            lowering._CHOICES = choices[name]
+
+    got = O.interleaved({name: fns[name] for name in ROWS}, device, rounds, calls, before)
     print(f"{torch.cuda.get_device_name()}: {rounds} rounds, rows interleaved; us a call")
-    print(f"{'row':28s} {'figure':7s} {'median':>7s} {'q1':>6s} {'q3':>6s} {'min':>6s}  {'- null, paired median':>22s}")
-    null = got[ROWS[0]]
-    for name in ROWS:
-        for fig in ("events", "host"):
-            v = got[name][fig]
-            q1, _, q3 = statistics.quantiles(v, n=4)
-            paired = statistics.median(a - b for a, b in zip(v, null[fig]))
-            print(f"{name:28s} {fig:7s} {statistics.median(v):7.1f} {q1:6.1f} {q3:6.1f} {min(v):6.1f}  {paired:22.1f}")
-    for name in ROWS:
-        print(f"{name} events each round: " + " ".join(f"{x:.1f}" for x in got[name]["events"]))
+    O.print_interleaved(got)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ it without the last two and the last one: every call of that row pinned a new la
     python3 probe_writes.py   # ROUNDS=30 CALLS=1000
 """
 import os
-import statistics
 import sys
 
 import torch
@@ -51,30 +50,20 @@ def main():
                  if isinstance(entries, list) for _, payload in entries]
         print(f"{name}: {fires}")
     eager_planned, remember, pinned = lowering.eager_planned, lowering.remember, kv_cache._pinned
-    rows = list(fns)
-    got = {name: {"events": [], "host": []} for name in rows}
-    for _ in range(rounds):
-        for name in rows:
-            if name in choices:
-                lowering._CHOICES = choices[name]
-            usual = name.endswith("[usual path]")
-            lowering.eager_planned = (lambda key, tensors: None) if usual else eager_planned
-            lowering.remember = (lambda key, tensors, payload: None) if usual else remember
-            kv_cache._pinned = (lambda run, tensors: None) if usual else pinned
-            got[name]["events"].append(O.events_us(fns[name], calls))
-            got[name]["host"].append(O.host_us(fns[name], device))
+    usual_rows = {name for name in fns if name.endswith("[usual path]")}
+
+    def before(name):  # the row's own entries; the usual path's entries and pins switched off
+        if name in choices:
+            lowering._CHOICES = choices[name]
+        usual = name in usual_rows
+        lowering.eager_planned = (lambda key, tensors: None) if usual else eager_planned
+        lowering.remember = (lambda key, tensors, payload: None) if usual else remember
+        kv_cache._pinned = (lambda run, tensors: None) if usual else pinned
+
+    got = O.interleaved(fns, device, rounds, calls, before)
     lowering.eager_planned, lowering.remember, kv_cache._pinned = eager_planned, remember, pinned
     print(f"{torch.cuda.get_device_name()}: {rounds} rounds, rows interleaved; us a call")
-    print(f"{'row':36s} {'figure':7s} {'median':>7s} {'q1':>6s} {'q3':>6s} {'min':>6s}  {'- null, paired median':>22s}")
-    null = got[rows[0]]
-    for name in rows:
-        for fig in ("events", "host"):
-            v = got[name][fig]
-            q1, _, q3 = statistics.quantiles(v, n=4)
-            paired = statistics.median(a - b for a, b in zip(v, null[fig]))
-            print(f"{name:36s} {fig:7s} {statistics.median(v):7.1f} {q1:6.1f} {q3:6.1f} {min(v):6.1f}  {paired:22.1f}")
-    for name in rows:
-        print(f"{name} events each round: " + " ".join(f"{x:.1f}" for x in got[name]["events"]))
+    O.print_interleaved(got, 36)
 
 
 if __name__ == "__main__":
