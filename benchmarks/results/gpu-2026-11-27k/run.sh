@@ -19,7 +19,9 @@
 #     that remembered (and pinned) every call (logs/call9/writes-remembering.txt);
 #   10 `writes` (ROUNDS=30), then `rows` (ROUNDS=3, ROWS: null, add_, paged_attention, _out, both cache
 #     writes): the usual-path row still pinned a launch a call;
-#   11 `writes` (ROUNDS=30), a third machine: the usual-path row as the calls went before the entries.
+#   11 `writes` (ROUNDS=30), a third machine: the usual-path row as the calls went before the entries;
+#   12 `tests` and `../gpu-2026-11-27j/run.sh mla` on the final tree, a fourth machine: 216 passed, 92 skipped;
+#     the MLA files 180 passed, 30 skipped.
 . "$(dirname "$0")/../gpu_run.sh"  # out (from $1), here, PYTHONPATH, t()
 prev="$here/../gpu-2026-11-27j"
 ROWS=${ROWS:-"null kernel, cached launch;torch add_ (1 element);paged_attention;paged_attention_out;paged_attention_out (no lse)"}
