@@ -345,9 +345,10 @@ def prepare_reshape_and_cache(
         launch pinned (``_launch``'s "Pinned launches"; True when it launched, False where the
         cached launch does not apply to that call: call ``run``) for later plain eager calls whose
         tensors match these in type, dtype, device, sizes and strides (the caller checks:
-        ``lowering.eager_planned``); None for an fp8 cache (its scales are not pinned) or where the
-        launcher has not yet launched these dtypes, 16-byte aligned, on the current device."""
-        if fp8 or getattr(write, "pinned", None) != _PINNED_WRITE:
+        ``lowering.eager_planned``); None for an fp8 cache (its scales are tensors the pin does not
+        take, so its launcher pins other parameters than ``_PINNED_WRITE``) or where the launcher
+        has not yet launched these dtypes, 16-byte aligned, on the current device."""
+        if getattr(write, "pinned", None) != _PINNED_WRITE:
             return None
         return write.pin(key_cache, key, value, slot_mapping, key_cache, value_cache)
 
@@ -441,7 +442,7 @@ def prepare_concat_and_cache_mla(
 
     def pin(kv_c, k_pe, kv_cache, slot_mapping):
         """``fire(kv_c, k_pe, slot_mapping, kv_cache)``: as ``prepare_reshape_and_cache``'s ``pin``."""
-        if fp8 or getattr(write, "pinned", None) != _PINNED_WRITE_MLA:
+        if getattr(write, "pinned", None) != _PINNED_WRITE_MLA:
             return None
         return write.pin(kv_cache, kv_c, k_pe, slot_mapping, kv_cache)
 
