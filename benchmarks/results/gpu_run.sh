@@ -3,6 +3,9 @@
 # takes the output folder from the caller's $1 (shifted off, so the caller's "$@" is its parts),
 # sets ``here`` (the caller's folder) and the Python path (the checkout), and defines
 #   t NAME SECONDS PYTEST-ARGS...   a pytest run, its log in $out/pytest-NAME.log, its summary on stdout
+#   rows SECONDS PATTERN SUMMARY     overhead.py's rows $ROWS in ${ROUNDS:-3} processes in turn (each
+#                                    SECONDS at most; lines matching PATTERN shown), summarised by the
+#                                    script SUMMARY (gpu-2026-11-27j/rows_summary.py), then packed
 #   staging PART                     FlashAttention-4 and FlashInfer carried onto the machine and installed
 #                                    (below); false for any other PART
 out=${1:?out dir}; shift
@@ -13,6 +16,15 @@ t() {  # t NAME SECONDS PYTEST-ARGS...: a pytest run, its log in $out, its summa
     local name=$1 secs=$2; shift 2
     timeout "$secs" python3 -m pytest -q -rf -p no:cacheprovider "$@" > "$out/pytest-$name.log" 2>&1
     echo "pytest $name exit $?"; grep -E "^FAILED|^ERROR" "$out/pytest-$name.log" | head -20; tail -1 "$out/pytest-$name.log"
+}
+rows() {  # rows SECONDS PATTERN SUMMARY: see above
+    local secs=$1 pattern=$2 summary=$3 round
+    for round in $(seq 1 "${ROUNDS:-3}"); do
+        timeout "$secs" python3 benchmarks/overhead.py --rows "$ROWS" --out "$out/rows-$round" > "$out/rows-$round.txt" 2>&1
+        echo "== round $round"; grep -E "$pattern" "$out/rows-$round.txt"
+    done
+    python3 "$summary" "$out" | tee "$out/rows-summary.txt"
+    (cd "$out" && tar czf rows.tar.gz rows-[0-9]* && rm -rf rows-[0-9]*)  # few files come back
 }
 
 # The bundles of ../shared/tools/fa4-bundle.sh and flashinfer-bundle.sh, split so that each call's carry

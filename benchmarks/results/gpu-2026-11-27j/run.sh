@@ -28,13 +28,7 @@ native) t native 200 -n 4 tests/test_native_launch.py tests/test_fast_launch.py 
 tests) t tests 330 -n 10 -m "not fuzz" tests/test_fast_launch.py tests/test_plan_cache.py tests/test_compile_export.py \
         tests/test_triton_paged_attention.py ;;
 readers) timeout 200 python3 "$here/probe_readers.py" > "$out/readers.txt" 2>&1; grep -v Warn "$out/readers.txt" | tail -16 ;;
-rows)
-    for round in $(seq 1 "${ROUNDS:-3}"); do
-        timeout 100 python3 benchmarks/overhead.py --rows "$ROWS" --out "$out/rows-$round" > "$out/rows-$round.txt" 2>&1
-        echo "== round $round"; grep -E "^(op |null kernel, cached|torch add_|paged_attention)" "$out/rows-$round.txt"
-    done
-    python3 "$here/rows_summary.py" "$out" | tee "$out/rows-summary.txt"
-    (cd "$out" && tar czf rows.tar.gz rows-[0-9]* && rm -rf rows-[0-9]*) ;;  # few files come back
+rows) rows 100 "^(op |null kernel, cached|torch add_|paged_attention)" "$here/rows_summary.py" ;;  # ../gpu_run.sh
 interleaved) timeout 200 python3 "$here/probe_rows.py" > "$out/interleaved.txt" 2>&1; grep -v Warn "$out/interleaved.txt" | tail -16 ;;
 mla) t mla 250 -n 12 -m "not fuzz" tests/test_triton_mla.py tests/test_mla_module.py ;;
 fuzz-mla) t fuzz-mla 330 -n 14 -m fuzz -k "narrow_fp8_fuzz or kernel_fuzz" tests/test_triton_mla.py ;;

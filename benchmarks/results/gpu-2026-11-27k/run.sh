@@ -35,13 +35,7 @@ writes-tests) t writes-tests 420 -n 10 -m "not fuzz" tests/test_native_launch.py
         tests/test_triton_kv_cache.py tests/test_cache.py tests/test_kernel_writes.py tests/test_model_integration.py \
         tests/test_serving.py tests/test_transformers.py ;;
 fuzz-attn) t fuzz-attn 560 -n 14 -m fuzz tests/test_triton_paged_attention.py ;;
-rows)
-    for round in $(seq 1 "${ROUNDS:-3}"); do
-        timeout 120 python3 benchmarks/overhead.py --rows "$ROWS" --out "$out/rows-$round" > "$out/rows-$round.txt" 2>&1
-        echo "== round $round"; grep -E "^(op |null kernel, cached|torch add_|paged_attention|flashinfer)" "$out/rows-$round.txt"
-    done
-    python3 "$prev/rows_summary.py" "$out" | tee "$out/rows-summary.txt"
-    (cd "$out" && tar czf rows.tar.gz rows-[0-9]* && rm -rf rows-[0-9]*) ;;  # few files come back
+rows) rows 120 "^(op |null kernel, cached|torch add_|paged_attention|flashinfer)" "$prev/rows_summary.py" ;;  # ../gpu_run.sh
 writes) timeout 300 python3 "$here/probe_writes.py" > "$out/writes.txt" 2>&1; grep -v Warn "$out/writes.txt" | tail -24 ;;
 interleaved) timeout 300 python3 "$prev/probe_rows.py" > "$out/interleaved.txt" 2>&1; grep -v Warn "$out/interleaved.txt" | tail -16 ;;
 *) echo "unknown part $part" ;;
