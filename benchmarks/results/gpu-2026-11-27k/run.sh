@@ -21,7 +21,11 @@
 #     writes): the usual-path row still pinned a launch a call;
 #   11 `writes` (ROUNDS=30), a third machine: the usual-path row as the calls went before the entries;
 #   12 `tests` and `../gpu-2026-11-27j/run.sh mla` on the final tree, a fourth machine: 216 passed, 92 skipped;
-#     the MLA files 180 passed, 30 skipped.
+#     the MLA files 180 passed, 30 skipped;
+#   13 `../gpu-2026-11-27j/run.sh native` after the review's kv_cache change, a fifth machine: cut by its
+#     200-s limit after 69 passes (the first calls build the extension and compile); then
+#     `python3 -m pytest -n 8 tests/test_triton_kv_cache.py tests/test_cache.py`: 49 passed, 22 skipped;
+#   14 `python3 -m pytest -n 10 tests/test_native_launch.py tests/test_fast_launch.py`, the same machine: 70 passed.
 . "$(dirname "$0")/../gpu_run.sh"  # out (from $1), here, PYTHONPATH, t()
 prev="$here/../gpu-2026-11-27j"
 ROWS=${ROWS:-"null kernel, cached launch;torch add_ (1 element);paged_attention;paged_attention_out;paged_attention_out (no lse)"}
