@@ -448,6 +448,48 @@ def test_combine_blockings_bitwise_b1_cuda(monkeypatch) -> None:
 
 
 @interpreter_tier
+def test_narrow_combine_heads_bitwise_interpreted(monkeypatch) -> None:
+    """The combine after the narrow Gluon kernels' splits (``mla._combine`` with ``all_splits`` and
+    ``tile=mla._COMBINE_TILE``; their bf16 partials of latent 512, filled here): up to four heads a
+    program where that leaves as many programs as asked for (``_COMBINE_MIN_PROGRAMS``), two, or
+    one where fewer would not, and one head a program without the tile (the wide kernel's
+    combine). The same bits every way, matching the float64 merge of the partials; an empty split
+    (LSE -inf), one whose LSE is far below the others, and a padding row past ``query_start_loc``
+    (its splits empty, as the narrow kernels write them: 0 and -inf)."""
+    num_tokens, num_splits, num_heads, latent = 5, 3, 8, 512
+    gen = torch.Generator().manual_seed(31)
+    workspace = tpa._Workspace(True, num_tokens, num_splits, num_heads, latent, torch.device("cpu"), BF16)
+    part_out = torch.randn(num_tokens, num_splits, num_heads, latent, generator=gen).to(BF16)
+    part_lse = (torch.randn(num_tokens, num_splits, num_heads, generator=gen) * 4).float()  # log2
+    part_lse[1, 2, 3] = float("-inf")
+    part_lse[2, 0, :] = -200.0
+    part_out[4], part_lse[4] = 0.0, float("-inf")  # a padding row's splits, as the narrow kernels write them
+    seq_lens = torch.tensor([300, 250], dtype=torch.int32)
+    query_start_loc = torch.tensor([0, 2, 4], dtype=torch.int32)  # token 4: padding
+    q_latent = torch.empty(num_tokens, num_heads, latent, dtype=BF16)
+    launched = recorded_combines(monkeypatch, tmla)
+    results = []
+    for want, tile in ((1, tmla._COMBINE_TILE), (20, tmla._COMBINE_TILE), (40, tmla._COMBINE_TILE), (1, 0)):
+        monkeypatch.setattr(tpa, "_COMBINE_MIN_PROGRAMS", want)
+        out = torch.full((num_tokens, num_heads, latent), float("nan"), dtype=BF16)
+        lse = torch.full((num_tokens, num_heads), float("nan"))
+        combine = tmla._combine(workspace, 128, num_splits, num_tokens, 2, num_heads, latent, False, seq_lens,
+                                query_start_loc, out, lse, pdl=False, all_splits=True, tile=tile)
+        combine(q_latent, part_out, part_lse, seq_lens, query_start_loc, out, lse)
+        results.append((out, lse))
+    assert [(grid, block_h) for grid, block_h, *_ in launched] == [
+        ((5, 2, 1), 4), ((5, 4, 1), 2), ((5, 8, 1), 1), ((5, 8, 1), 1)]
+    out, lse = results[0]
+    for other_out, other_lse in results[1:]:
+        assert torch.equal(other_out, out) and torch.equal(other_lse, lse)
+    truth_out, truth_lse = loop.merge_attn_states_n(part_out[:4].transpose(0, 1),
+                                                    part_lse[:4].transpose(0, 1) * math.log(2))
+    assert_close(out[:4], truth_out, dtype=BF16, name="out")
+    assert_close(lse[:4], truth_lse, dtype=BF16, name="lse")
+    assert torch.equal(out[4], torch.zeros_like(out[4])) and bool((lse[4] == float("-inf")).all())
+
+
+@interpreter_tier
 def test_strided_cache_bitwise_interpreted() -> None:
     """A cache that is one layer of a cross-layer buffer gives the bits of the contiguous one."""
     case = Case((2, 1), (70, 100), split_tokens=64)
@@ -927,6 +969,26 @@ def test_gluon_mla_partials_dtype(monkeypatch, in_query_dtype) -> None:
         assert part_out.shape == (seqs * per_seq, part_out.shape[1], 16, 512) and part_out.shape[1] > 1
     wide = _wide_planner(monkeypatch)(1, 128, 32768)  # B1 x 32768, 128 heads: split
     assert wide["block_q"] == 0 and wide["workspace"].tensors(torch.empty(1, dtype=BF16))[0].dtype == torch.float32
+
+
+def test_gluon_mla_combine_blocking(monkeypatch) -> None:
+    """The combine after the narrow kernels' splits takes up to ``mla._COMBINE_TILE // 512`` heads
+    of latent 512 a program where that leaves a program for each of the 132 SMs (2 tokens B64 x
+    4096 and 4 tokens B32 x 4096, pair kernel: four heads; 1 token B32 x 8192: two; B16 x 8192:
+    one); the wide kernel's (B1 x 32768, 128 heads) one head a program, as before (no launch, any
+    machine)."""
+    plan = _narrow_planner(monkeypatch)
+    launched = recorded_combines(monkeypatch, tmla)
+    for seqs, per_seq, keys, grid in ((64, 2, 4096, (128, 4, 1)), (32, 4, 4096, (128, 4, 1)),
+                                      (32, 1, 8192, (32, 8, 1)), (16, 1, 8192, (16, 16, 1))):
+        launched.clear()
+        assert plan(seqs, per_seq, 16, keys)["workspace"] is not None, (seqs, per_seq)
+        (got, block_h, dv_block, _, _), = launched
+        assert got == grid and block_h == 16 // grid[1] and dv_block == 512, (seqs, per_seq, got)
+    launched.clear()
+    _wide_planner(monkeypatch)(1, 128, 32768)
+    (got, block_h, _, _, _), = launched
+    assert got == (1, 128, 1) and block_h == 1
 
 
 def test_gluon_mla_pair_planning(monkeypatch) -> None:

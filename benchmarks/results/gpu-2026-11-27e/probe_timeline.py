@@ -66,6 +66,31 @@ def _spread(x: torch.Tensor) -> str:
     return f"{x[0]:7.2f} {x[len(x) // 2]:7.2f} {x[-1]:7.2f}"
 
 
+def stamped_graph(s, device, stamped) -> tuple:
+    """``(graph, calls)``: shape ``s``'s calls (inputs rotated as ``mla_probe`` rotates them) on the
+    ``stamped`` narrow-kernel module, captured back to back in one CUDA graph and replayed three
+    times; the package keeps the stamped module (``P.swap`` back when done)."""
+    copies = P.md.input_copies(s, device)
+    P.swap("mla_sm90_narrow", stamped)()
+    P.pkg.mla_sm90._LAUNCHERS.clear()
+    P.lowering._CHOICES.clear()
+    fns = [P.runner(s, x, device) for x in copies]
+    for f in fns:
+        f()
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        with torch.cuda.graph(graph, stream=stream):
+            for f in fns * 4:
+                f()
+    torch.cuda.current_stream().wait_stream(stream)
+    for _ in range(3):
+        graph.replay()
+    return graph, len(fns) * 4
+
+
 def main():
     device = torch.device("cuda")
     buf = torch.zeros(MAX_PROGRAMS * SLOTS, dtype=torch.int64, device=device)
@@ -74,25 +99,7 @@ def main():
     shapes = [named[n] for n in ("mtp2_B64_ctx4096_H16", "B64_ctx4096_H16", "mtp2_B128_ctx4096_H16",
                                  "B128_ctx4096_H16", "mtp2_B32_ctx8192_H16", "B32_ctx8192_H16")]
     for s in P.selected(shapes, "PROBE_SHAPES"):
-        copies = P.md.input_copies(s, device)
-        P.swap("mla_sm90_narrow", stamped)()
-        P.pkg.mla_sm90._LAUNCHERS.clear()
-        P.lowering._CHOICES.clear()
-        fns = [P.runner(s, x, device) for x in copies]
-        for f in fns:
-            f()
-        torch.cuda.synchronize()
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.stream(stream):
-            with torch.cuda.graph(graph, stream=stream):
-                for f in fns * 4:
-                    f()
-        torch.cuda.current_stream().wait_stream(stream)
-        calls = len(fns) * 4
-        for _ in range(3):
-            graph.replay()
+        graph, calls = stamped_graph(s, device, stamped)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         buf.zero_()
         start.record()

@@ -98,24 +98,7 @@ def programs(s, device, replays: int, stamped) -> list[torch.Tensor]:
     """The stamps (``probe_timeline``'s slots) of the working programs of the last call of each of
     ``replays`` replays of shape ``s``'s calls captured back to back."""
     buf = stamped.buf
-    copies = P.md.input_copies(s, device)
-    P.swap("mla_sm90_narrow", stamped.module)()
-    P.pkg.mla_sm90._LAUNCHERS.clear()
-    P.lowering._CHOICES.clear()
-    fns = [P.runner(s, x, device) for x in copies]
-    for f in fns:
-        f()
-    torch.cuda.synchronize()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(stream):
-        with torch.cuda.graph(graph, stream=stream):
-            for f in fns * 4:
-                f()
-    torch.cuda.current_stream().wait_stream(stream)
-    for _ in range(3):
-        graph.replay()
+    graph, _ = T.stamped_graph(s, device, stamped.module)
     got = []
     for _ in range(replays):
         buf.zero_()

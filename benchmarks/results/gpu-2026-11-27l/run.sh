@@ -1,6 +1,12 @@
 # GPU calls of 2026-11-27 (nineteenth session), H100 (logs/callN/).
 #   bash run.sh OUT PART...   PART: sms (probe_sms.py: the GPCs by cluster launches, and the narrow
-#       MLA programs' tile times by SM over replays)
+#       MLA programs' tile times by SM over replays) | timeline (../gpu-2026-11-27e/probe_timeline.py,
+#       2 tokens B64 x 4096) | signal (probe_signal.py: the combine kernel signalling its dependents) |
+#       boundary (probe_boundary.py: the attention kernel's and the combine's stamps in one call) |
+#       combine (probe_combine.py: the combine's heads a program for the MLA split calls) | combine-pkg (the
+#       same, the package's rule against one head a program) | mla (the MLA test files, GPU tier) | fuzz-mla (the
+#       narrow bf16 and pair MLA kernels' fuzz) | bench-mla (mla_decode.py, FlashInfer staged by the staging parts
+#       of ../gpu_run.sh)
 # Calls, in order (main ca2b607, the package unchanged):
 #   1 `sms`, an H100 80GB HBM3 machine (A): the GPC map; four narrow-kernel shapes, eight replays each;
 #   2 `sms` with the end-offset correlations, the last enders' entries and the idle and fastest SMs
@@ -10,6 +16,18 @@ while [ $# -gt 0 ]; do
 part=$1; shift
 staging "$part" && continue  # ../gpu_run.sh
 case "$part" in
+timeline) PROBE_SHAPES=mtp2_B64_ctx4096_H16 timeout 300 python3 "$here/../gpu-2026-11-27e/probe_timeline.py" \
+        > "$out/probe-timeline.txt" 2>&1; echo "exit $?"; grep -v Warn "$out/probe-timeline.txt" | tail -12 ;;
+signal) timeout 480 python3 "$here/probe_signal.py" > "$out/probe-signal.txt" 2>&1; echo "exit $?"; grep -v Warn "$out/probe-signal.txt" | tail -50 ;;
+boundary) timeout 420 python3 "$here/probe_boundary.py" > "$out/probe-boundary$COMBINE_TILE.txt" 2>&1; echo "exit $?"
+        grep -v Warn "$out/probe-boundary$COMBINE_TILE.txt" | tail -40 ;;
+combine) timeout 480 python3 "$here/probe_combine.py" > "$out/probe-combine.txt" 2>&1; echo "exit $?"; grep -v Warn "$out/probe-combine.txt" | tail -60 ;;
+combine-pkg) PROBE_PACKAGE=1 timeout 420 python3 "$here/probe_combine.py" > "$out/probe-combine-pkg.txt" 2>&1; echo "exit $?"
+        grep -v Warn "$out/probe-combine-pkg.txt" | tail -40 ;;
+mla) t mla 300 -n 12 -m "not fuzz" tests/test_triton_mla.py tests/test_mla_module.py ;;
+fuzz-mla) t fuzz-mla 330 -n 14 -m fuzz -k "narrow_fuzz or pair_fuzz" tests/test_triton_mla.py ;;
+bench-mla)
+    timeout 360 python3 benchmarks/mla_decode.py --out "$out" 2> "$out/bench-mla-progress.log" | tee "$out/mla_decode.txt" | tail -46 ;;
 sms) timeout 420 python3 "$here/probe_sms.py" > "$out/probe-sms.txt" 2>&1; echo "exit $?"; grep -v Warn "$out/probe-sms.txt" | tail -90 ;;
 *) echo "unknown part $part" ;;
 esac

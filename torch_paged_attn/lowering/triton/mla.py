@@ -73,6 +73,22 @@ _QUERY_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 # largest output (bf16's unit roundoff 3.9e-3). The wide kernel keeps float32: B1 x 32768 H128 (64
 # splits) measured 38.1-38.2 / 39.9-40.1.
 _NARROW_PARTIALS_IN_QUERY_DTYPE = True
+# The combine kernel's largest slab a program (heads x padded latent columns,
+# ``paged_attention._combine_blocking``'s ``tile``) after the narrow Gluon kernels' splits: up to
+# 4 heads of latent 512 a program where that still leaves one for every SM, one head a program
+# (``paged_attention._COMBINE_TILE``) elsewhere and after the other kernels' splits (the wide
+# kernel's float32 partials: not measured). Where one head a program made 2048 programs (2 tokens B64 x 4096 H16), the combine
+# ran 4.0 us past the attention kernel's end against 2.0 with 512 programs of 4 heads (H100,
+# %globaltimer stamps in both kernels, benchmarks/results/gpu-2026-11-27l/logs/call5,
+# logs/call6/probe-boundary2048.txt). H100, CUDA-graph replays, three rounds, us, one / two / four
+# heads a program (logs/call6/probe-combine.txt): 2 tokens B64 x 4096 H16 117.1-117.3 /
+# 116.1-116.4 / 115.7-115.8; 1 token B64 x 4096 109.7-110.1 / 109.0-109.1 / 109.0-109.1; 2 tokens
+# B32 x 8192 114.5-114.6 / 113.8-114.2 / 114.0-114.2; 4 tokens B32 x 4096 (pair) 72.0-72.4 /
+# 70.9-71.2 / 70.8-71.2; 1 token B32 x 8192 (32 tokens: two heads a program here) 108.5-109.0 /
+# 108.3-108.8 / 108.3-109.0. B16 x 8192 (16 tokens: one head a program here, as before) took
+# 58.8-59.4 where its programs fell below the SM count and took the few-rows blocking, against
+# 58.4-58.7.
+_COMBINE_TILE = 2048
 
 # Tile configurations by BLOCK_M (query tokens x heads a program holds): (TILE_N keys per
 # iteration, num_warps, num_stages, programs resident per SM, which sets the split-KV count).
@@ -577,7 +593,7 @@ def prepare_mla_decode(
                     scale=scale, causal=causal, split_tokens=split_tokens, call=call, workspace=workspace,
                     combine=_combine(workspace, split_tokens, num_splits, num_tokens, num_seqs, num_heads, latent,
                                      kv_cache.dtype in _FP8, seq_lens, query_start_loc, out, lse, pdl=pdl,
-                                     all_splits=block_q > 0),
+                                     all_splits=block_q > 0, tile=_COMBINE_TILE if block_q > 0 else 0),
                     block_q=block_q, pdl=pdl, pair=pair,
                 )
     if invariant and split_tokens is None:
@@ -711,18 +727,19 @@ def _narrow_query_block(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, head
 
 def _combine(workspace: _Workspace, split_tokens: int, num_splits: int, num_tokens: int, num_seqs: int,
              num_heads: int, latent: int, is_fp8: bool, seq_lens: Tensor, query_start_loc: Tensor, out: Tensor,
-             lse: Tensor | None, pdl: bool, all_splits: bool = False):
+             lse: Tensor | None, pdl: bool, all_splits: bool = False, tile: int = 0):
     """The combine kernel's launch for the partials in ``workspace`` (splits of ``split_tokens``
     keys): ``combine(q_latent, part_out, part_lse, seq_lens, query_start_loc, out, lse,
     kv_scale=None)`` merges them into ``out`` and ``lse`` (None: not stored); ``pdl``: launched
     with programmatic dependent launch (``paged_attention.use_pdl``; the kernel before it signals);
     ``all_splits``: every token's splits were all written (the narrow Gluon kernel), so each token
-    merges all of them without looking its sequence up."""
+    merges all of them without looking its sequence up; ``tile``: the largest slab a program
+    (``paged_attention._combine_blocking``; the narrow kernels' calls pass ``_COMBINE_TILE``)."""
     device, has_lse = out.device, lse is not None
     po_strides, pl_strides = workspace.po_strides, workspace.pl_strides
     so, lse_strides = out.stride(), lse.stride() if has_lse else (0, 0)
     l_pad = _pad(latent)
-    combine_grid, blocking = _combine_blocking(num_tokens, num_heads, l_pad, num_splits, device)
+    combine_grid, blocking = _combine_blocking(num_tokens, num_heads, l_pad, num_splits, device, tile)
     launch = launcher(
         _combine_kernel, combine_grid,
         split_tokens=split_tokens, long_split_tokens=split_tokens, long_from=_NO_SPLIT,

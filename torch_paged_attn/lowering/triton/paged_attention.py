@@ -737,15 +737,21 @@ def _pad(size: int) -> int:
 
 
 def _combine_blocking(num_tokens: int, num_heads: int, dv_pad: int, num_splits: int,
-                      device: torch.device) -> tuple[tuple[int, int, int], dict]:
+                      device: torch.device, tile: int = 0) -> tuple[tuple[int, int, int], dict]:
     """``(grid, constants)`` of the combine kernel for ``num_tokens`` tokens of ``num_heads``
     heads whose value columns are padded to ``dv_pad`` (a power of two), ``num_splits`` splits:
     ``BLOCK_H``, ``DV_BLOCK``, ``LOAD_SPLITS`` and ``num_warps``, from shapes only (see
-    ``_COMBINE_TILE``). The blocking decides which program computes an element and when its
-    partials are loaded, never how it is computed: every blocking gives the same bits."""
+    ``_COMBINE_TILE``). A ``tile`` above ``_COMBINE_TILE`` (MLA's ``mla._COMBINE_TILE``) lets
+    whole-row programs take up to ``tile // dv_pad`` heads, as many as still leave a program for
+    every SM. The blocking decides which program computes an element and when its partials are
+    loaded, never how it is computed: every blocking gives the same bits."""
     block_h = max(1, min(next_power_of_2(num_heads), _COMBINE_TILE // dv_pad))
     dv_block = dv_pad
     want = _COMBINE_MIN_PROGRAMS if _COMBINE_MIN_PROGRAMS is not None else _num_sms(device)
+    wide = min(next_power_of_2(num_heads), tile // dv_pad)
+    while wide > block_h and num_tokens * cdiv(num_heads, wide) < want:
+        wide //= 2
+    block_h = max(block_h, wide)
     rows = num_tokens * cdiv(num_heads, block_h)
     if 2 * rows >= want:  # whole rows cover half the SMs: 4 floats a thread
         grid = (num_tokens, cdiv(num_heads, block_h), 1)
