@@ -10,7 +10,16 @@
 # Calls, in order (main ca2b607, the package unchanged):
 #   1 `sms`, an H100 80GB HBM3 machine (A): the GPC map; four narrow-kernel shapes, eight replays each;
 #   2 `sms` with the end-offset correlations, the last enders' entries and the idle and fastest SMs
-#     printed, and 2 tokens B32 x 8192 added, a second machine (B).
+#     printed, and 2 tokens B32 x 8192 added, a second machine (B);
+#   3 `timeline sms` after probe_timeline.py's capture became its stamped_graph (the same commands), a third machine;
+#   4 `signal`; 5 `boundary`; 6 `combine`, then `COMBINE_TILE=2048 PROBE_SHAPES=mtp2_B64_ctx4096_H16,B64_ctx4096_H16
+#     boundary` (each a fresh machine);
+#   then on 33ba71b (the narrow kernels' combine up to four heads a program), one machine:
+#   7 `stash-a combine-pkg mla` (carry .fa4a1): the MLA files 181 passed, 31 skipped;
+#   8 `stash-fa4 stage fuzz-mla` (carry .fa4a2 .fa4b): 32 passed; 9 `stash-b` (carry .fibA);
+#   10 `stash-fi site bench-mla` (carry .fibB .fib2): benchmarks/results/mla_decode-NVIDIA-H100-80GB-HBM3-2026-11-27-l.*;
+#   11 `python3 probe_heads8.py` and 12 `python3 probe_warps.py`, run from this folder (logs/call11, call12;
+#     probe_heads8.py's docstring and its last line, which resets the tile, were added after call 11).
 . "$(dirname "$0")/../gpu_run.sh"  # out (from $1), here, PYTHONPATH, t()
 while [ $# -gt 0 ]; do
 part=$1; shift

@@ -74,20 +74,27 @@ _QUERY_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 # splits) measured 38.1-38.2 / 39.9-40.1.
 _NARROW_PARTIALS_IN_QUERY_DTYPE = True
 # The combine kernel's largest slab a program (heads x padded latent columns,
-# ``paged_attention._combine_blocking``'s ``tile``) after the narrow Gluon kernels' splits: up to
-# 4 heads of latent 512 a program where that still leaves one for every SM, one head a program
+# ``paged_attention._combine_blocking``'s ``tile``) after the narrow Gluon kernels' splits: up to 4
+# heads of latent 512 a program where that still leaves one for every SM, one head a program
 # (``paged_attention._COMBINE_TILE``) elsewhere and after the other kernels' splits (the wide
-# kernel's float32 partials: not measured). Where one head a program made 2048 programs (2 tokens B64 x 4096 H16), the combine
-# ran 4.0 us past the attention kernel's end against 2.0 with 512 programs of 4 heads (H100,
-# %globaltimer stamps in both kernels, benchmarks/results/gpu-2026-11-27l/logs/call5,
-# logs/call6/probe-boundary2048.txt). H100, CUDA-graph replays, three rounds, us, one / two / four
-# heads a program (logs/call6/probe-combine.txt): 2 tokens B64 x 4096 H16 117.1-117.3 /
-# 116.1-116.4 / 115.7-115.8; 1 token B64 x 4096 109.7-110.1 / 109.0-109.1 / 109.0-109.1; 2 tokens
-# B32 x 8192 114.5-114.6 / 113.8-114.2 / 114.0-114.2; 4 tokens B32 x 4096 (pair) 72.0-72.4 /
-# 70.9-71.2 / 70.8-71.2; 1 token B32 x 8192 (32 tokens: two heads a program here) 108.5-109.0 /
-# 108.3-108.8 / 108.3-109.0. B16 x 8192 (16 tokens: one head a program here, as before) took
-# 58.8-59.4 where its programs fell below the SM count and took the few-rows blocking, against
-# 58.4-58.7.
+# kernel's float32 partials: not measured). Where one head a program made 2048 programs (2 tokens
+# B64 x 4096 H16), the combine merged for 4.0 us after its wait for the attention kernel returned,
+# against 2.0-2.2 with 512 programs of 4 heads (H100, %globaltimer stamps in both kernels,
+# benchmarks/results/gpu-2026-11-27l/logs/call5, logs/call6/probe-boundary2048.txt). H100,
+# CUDA-graph replays, three rounds, us, one / two / four heads a program
+# (logs/call6/probe-combine.txt): 2 tokens B64 x 4096 H16 117.1-117.3 / 116.1-116.4 / 115.7-115.8; 1
+# token B64 x 4096 109.7-110.1 / 109.0-109.1 / 109.0-109.1; 2 tokens B32 x 8192 114.5-114.6 /
+# 113.8-114.2 / 114.0-114.2; 4 tokens B32 x 4096 (pair) 72.0-72.4 / 70.9-71.2 / 70.8-71.2; 1 token
+# B32 x 8192 (32 tokens: two heads a program here) 108.5-109.0 / 108.3-108.8 / 108.3-109.0. B16 x
+# 8192 (16 tokens: one head a program here, as before) took 58.8-59.4 where its programs fell below
+# the SM count and took the few-rows blocking, against 58.4-58.7. The package's rule against one
+# head a program, another machine (logs/call7/ probe-combine-pkg.txt): 2 tokens B64 x 4096 115.6 /
+# 116.9-117.2, 4 tokens B32 x 4096 70.7-71.6 / 72.1-72.9, 1 token B64 x 4096 109.5-109.8 /
+# 110.0-110.3, the rest within 0.2 us. Eight and 16 heads a program (logs/call11/probe-heads8.txt):
+# 2 tokens B64 x 4096 115.4-115.5 at four, 115.9-116.1 at eight, 115.9-116.2 at 16; 4 tokens B32 x
+# 4096 70.2-71.7 / 70.6-72.2 / 70.7-72.1. Four heads with 8 or 2 warps instead of 4
+# (logs/call12/probe-warps.txt): 2 tokens B64 x 4096 115.5-115.8 with 4, 116.0-116.4 with 8,
+# 115.9-116.2 with 2.
 _COMBINE_TILE = 2048
 
 # Tile configurations by BLOCK_M (query tokens x heads a program holds): (TILE_N keys per
