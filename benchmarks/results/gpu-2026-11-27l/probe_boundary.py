@@ -9,7 +9,6 @@ wait and last end, against the replay's time a call.
     python3 probe_boundary.py   # PROBE_SHAPES=name,...  REPLAYS=6  COMBINE_TILE=512 (the combine's
                                 # blocking, paged_attention._COMBINE_TILE; default the package's)
 """
-import importlib.util
 import os
 import sys
 
@@ -20,10 +19,8 @@ sys.path.insert(0, os.path.join(HERE, "..", ".."))
 import mla_probe as P  # noqa: E402
 from torch_paged_attn.lowering.triton import mla_sm90_narrow, paged_attention  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location("probe_timeline", os.path.join(HERE, "..", "gpu-2026-11-27e",
-                                                                              "probe_timeline.py"))
-T = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(T)
+sys.path.insert(0, os.path.join(HERE, "..", "gpu-2026-11-27e"))
+import probe_timeline as T  # noqa: E402  (its stamps and stamped_graph)
 
 SLOTS = 3  # the combine's: entry, wait returned, end
 MAX_COMBINE = 16384

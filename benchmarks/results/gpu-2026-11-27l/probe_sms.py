@@ -14,7 +14,6 @@ the SMs' GPCs. Two parts, one process:
 
     python3 probe_sms.py   # PROBE_SHAPES=name,...  REPLAYS=8
 """
-import importlib.util
 import os
 import sys
 
@@ -27,10 +26,8 @@ sys.path.insert(0, os.path.join(HERE, "..", ".."))
 import mla_probe as P  # noqa: E402
 from torch_paged_attn.lowering.triton import mla_sm90_narrow  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location("probe_timeline", os.path.join(HERE, "..", "gpu-2026-11-27e",
-                                                                              "probe_timeline.py"))
-T = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(T)
+sys.path.insert(0, os.path.join(HERE, "..", "gpu-2026-11-27e"))
+import probe_timeline as T  # noqa: E402  (its stamps and stamped_graph)
 
 
 @triton.jit
