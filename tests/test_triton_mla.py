@@ -448,15 +448,17 @@ def test_combine_blockings_bitwise_b1_cuda(monkeypatch) -> None:
 
 
 @interpreter_tier
-def test_narrow_combine_heads_bitwise_interpreted(monkeypatch) -> None:
+@pytest.mark.parametrize("num_heads, levels", [(8, ((1, 4), (20, 2), (40, 1))), (6, ((1, 4), (15, 2), (40, 1)))])
+def test_narrow_combine_heads_bitwise_interpreted(monkeypatch, num_heads: int, levels: tuple) -> None:
     """The combine after the narrow Gluon kernels' splits (``mla._combine`` with ``all_splits`` and
     ``tile=mla._COMBINE_TILE``; their bf16 partials of latent 512, filled here): up to four heads a
     program where that leaves as many programs as asked for (``_COMBINE_MIN_PROGRAMS``), two, or
-    one where fewer would not, and one head a program without the tile (the wide kernel's
-    combine). The same bits every way, matching the float64 merge of the partials; an empty split
-    (LSE -inf), one whose LSE is far below the others, and a padding row past ``query_start_loc``
-    (its splits empty, as the narrow kernels write them: 0 and -inf)."""
-    num_tokens, num_splits, num_heads, latent = 5, 3, 8, 512
+    one where fewer would not (``levels``: programs asked for, heads a program), and one head a
+    program without the tile (the wide kernel's combine); at 6 heads the last program of a token
+    has heads past the last. The same bits every way, matching the float64 merge of the partials;
+    an empty split (LSE -inf), one whose LSE is far below the others, and a padding row past
+    ``query_start_loc`` (its splits empty, as the narrow kernels write them: 0 and -inf)."""
+    num_tokens, num_splits, latent = 5, 3, 512
     gen = torch.Generator().manual_seed(31)
     workspace = tpa._Workspace(True, num_tokens, num_splits, num_heads, latent, torch.device("cpu"), BF16)
     part_out = torch.randn(num_tokens, num_splits, num_heads, latent, generator=gen).to(BF16)
@@ -469,7 +471,7 @@ def test_narrow_combine_heads_bitwise_interpreted(monkeypatch) -> None:
     q_latent = torch.empty(num_tokens, num_heads, latent, dtype=BF16)
     launched = recorded_combines(monkeypatch, tmla)
     results = []
-    for want, tile in ((1, tmla._COMBINE_TILE), (20, tmla._COMBINE_TILE), (40, tmla._COMBINE_TILE), (1, 0)):
+    for want, tile in (*((want, tmla._COMBINE_TILE) for want, _ in levels), (1, 0)):
         monkeypatch.setattr(tpa, "_COMBINE_MIN_PROGRAMS", want)
         out = torch.full((num_tokens, num_heads, latent), float("nan"), dtype=BF16)
         lse = torch.full((num_tokens, num_heads), float("nan"))
@@ -478,7 +480,7 @@ def test_narrow_combine_heads_bitwise_interpreted(monkeypatch) -> None:
         combine(q_latent, part_out, part_lse, seq_lens, query_start_loc, out, lse)
         results.append((out, lse))
     assert [(grid, block_h) for grid, block_h, *_ in launched] == [
-        ((5, 2, 1), 4), ((5, 4, 1), 2), ((5, 8, 1), 1), ((5, 8, 1), 1)]
+        ((num_tokens, -(-num_heads // block_h), 1), block_h) for block_h in (*(b for _, b in levels), 1)]
     out, lse = results[0]
     for other_out, other_lse in results[1:]:
         assert torch.equal(other_out, out) and torch.equal(other_lse, lse)
