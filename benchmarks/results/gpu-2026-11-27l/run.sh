@@ -20,6 +20,9 @@
 #   10 `stash-fi site bench-mla` (carry .fibB .fib2): benchmarks/results/mla_decode-NVIDIA-H100-80GB-HBM3-2026-11-27-l.*;
 #   11 `python3 probe_heads8.py` and 12 `python3 probe_warps.py`, run from this folder (logs/call11, call12;
 #     probe_heads8.py's docstring and its last line, which resets the tile, were added after call 11).
+#   13 `python3 -m pytest -q -rf -p no:cacheprovider -n 12 -m "not fuzz" tests/test_triton_paged_attention.py
+#     tests/test_triton_merge.py` on 554c696 (the attention combine's blocking untouched by the new `tile`), a fresh
+#     machine: 143 passed, 63 skipped (logs/call13).
 # probe_sms.py and probe_boundary.py import probe_timeline.py by its folder on sys.path since these calls
 # (they loaded it through importlib); nothing else changed.
 . "$(dirname "$0")/../gpu_run.sh"  # out (from $1), here, PYTHONPATH, t()
