@@ -6,8 +6,8 @@
 #       combine (probe_combine.py: the combine's heads a program for the MLA split calls) | combine-pkg (the
 #       same, the package's rule against one head a program) | mla (the MLA test files, GPU tier) | fuzz-mla (the
 #       narrow bf16 and pair MLA kernels' fuzz) | bench-mla (mla_decode.py, FlashInfer staged by the staging parts
-#       of ../gpu_run.sh) | clocks (mla_decode.py on B64 x 4096 H128 with nvidia-smi's SM clock and power
-#       every 50 ms, clocks_summary.py by phase; FlashInfer staged)
+#       of ../gpu_run.sh) | clocks (mla_decode.py on B64 x 4096 H128, or the shapes CLOCK_SHAPES names, with
+#       nvidia-smi's SM clock and power every 50 ms, clocks_summary.py by phase; FlashInfer staged)
 # Calls, in order (main ca2b607, the package unchanged):
 #   1 `sms`, an H100 80GB HBM3 machine (A): the GPC map; four narrow-kernel shapes, eight replays each;
 #   2 `sms` with the end-offset correlations, the last enders' entries and the idle and fastest SMs
@@ -24,6 +24,8 @@
 #   13 `python3 -m pytest -q -rf -p no:cacheprovider -n 12 -m "not fuzz" tests/test_triton_paged_attention.py
 #     tests/test_triton_merge.py` on 554c696 (the attention combine's blocking untouched by the new `tile`), a fresh
 #     machine: 143 passed, 63 skipped (logs/call13).
+#   then another machine: 14 `stash-a`, 15 `stash-fa4 stage`, 16 `stash-b`, 17 `stash-fi site clocks` (B64 x 4096
+#     H128 alone; the part then had no --out), 18 `CLOCK_SHAPES=_ site clocks` (every shape; `_` matches them all).
 # probe_sms.py and probe_boundary.py import probe_timeline.py by its folder on sys.path since these calls
 # (they loaded it through importlib); nothing else changed.
 . "$(dirname "$0")/../gpu_run.sh"  # out (from $1), here, PYTHONPATH, t()
@@ -46,8 +48,8 @@ bench-mla)
 clocks)  # mla_decode.py on B64 x 4096 H128 with the SM clock and power sampled every 50 ms
     nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 50 > "$out/clocks.csv" &
     smi=$!
-    timeout 240 python3 benchmarks/mla_decode.py --shapes B64_ctx4096_H128 --providers "torch_paged_attn,flashinfer_mla" \
-        2>&1 > "$out/clocks-bench.txt" | while IFS= read -r l; do echo "$(date +%H:%M:%S.%N) $l"; done > "$out/clocks-progress.txt"
+    timeout 240 python3 benchmarks/mla_decode.py --shapes "${CLOCK_SHAPES:-B64_ctx4096_H128}" --providers "torch_paged_attn,flashinfer_mla" \
+        --out "$out" 2>&1 > "$out/clocks-bench.txt" | while IFS= read -r l; do echo "$(date +%H:%M:%S.%N) $l"; done > "$out/clocks-progress.txt"
     kill $smi; python3 "$here/clocks_summary.py" "$out" | tee "$out/clocks-summary.txt"; grep -E "B64|paired" "$out/clocks-bench.txt" | head -12
     gzip -f "$out/clocks.csv" ;;
 sms) timeout 420 python3 "$here/probe_sms.py" > "$out/probe-sms.txt" 2>&1; echo "exit $?"; grep -v Warn "$out/probe-sms.txt" | tail -90 ;;
