@@ -88,7 +88,7 @@ _NARROW_PARTIALS_IN_QUERY_DTYPE = True
 # B32 x 8192 (32 tokens: two heads a program here) 108.5-109.0 / 108.3-108.8 / 108.3-109.0. B16 x
 # 8192 (16 tokens: one head a program here, as before) took 58.8-59.4 where its programs fell below
 # the SM count and took the few-rows blocking, against 58.4-58.7. The package's rule against one
-# head a program, another machine (logs/call7/ probe-combine-pkg.txt): 2 tokens B64 x 4096 115.6 /
+# head a program, another machine (logs/call7/probe-combine-pkg.txt): 2 tokens B64 x 4096 115.6 /
 # 116.9-117.2, 4 tokens B32 x 4096 70.7-71.6 / 72.1-72.9, 1 token B64 x 4096 109.5-109.8 /
 # 110.0-110.3, the rest within 0.2 us. Eight and 16 heads a program (logs/call11/probe-heads8.txt):
 # 2 tokens B64 x 4096 115.4-115.5 at four, 115.9-116.1 at eight, 115.9-116.2 at 16; 4 tokens B32 x
