@@ -993,6 +993,44 @@ def test_gluon_mla_combine_blocking(monkeypatch) -> None:
     assert got == (1, 128, 1) and block_h == 1
 
 
+def test_gluon_mla_wide_grid_and_latents(monkeypatch) -> None:
+    """The wide kernel's grid (no launch, any machine): at block sizes >= 64 a token's head groups
+    side by side on axis 0 (``HEAD_GROUPS`` tells the kernel how many), under 64 (or with
+    ``HEADS_FIRST`` off) on axis 1; splits on axis 2. It takes latents 128, 256 and 512 (half of
+    one is a wgmma's N) and declines others, naming the latent."""
+    from torch_paged_attn.lowering.triton import _sm90, mla_sm90
+
+    if _sm90.gl is None:
+        pytest.skip("this Triton has no Gluon")
+    grids = []
+    monkeypatch.setattr(mla_sm90, "launcher", lambda kernel, grid, **c: grids.append((grid, c["HEAD_GROUPS"])))
+
+    def grid(tokens: int, heads: int, block_size: int, splits: int):
+        ql, qr = torch.empty(tokens, heads, 512, dtype=BF16), torch.empty(tokens, heads, 64, dtype=BF16)
+        cache, table = torch.empty(8, block_size, 576, dtype=BF16), torch.zeros(tokens, 4, dtype=torch.int32)
+        lens, qsl = torch.full((tokens,), 100, dtype=torch.int32), torch.arange(tokens + 1, dtype=torch.int32)
+        grids.clear()
+        mla_sm90._launcher(ql, qr, cache, table, lens, qsl, (0, 0, 0), (0, 0, 0), splits, 1.0, True, 0.1, True, 128)
+        return grids[-1]
+
+    assert grid(64, 128, 64, 1) == ((128, 1, 1), 2)
+    assert grid(3, 256, 128, 5) == ((12, 1, 5), 4)
+    assert grid(1, 64, 64, 7) == ((1, 1, 7), 1)
+    assert grid(64, 128, 16, 1) == ((64, 2, 1), 0)
+    assert grid(5, 128, 32, 3) == ((5, 2, 3), 0)
+    monkeypatch.setattr(mla_sm90, "HEADS_FIRST", False)
+    assert grid(64, 128, 64, 1) == ((64, 2, 1), 0)
+
+    monkeypatch.setattr(_sm90, "unavailable", lambda t: None)
+    for latent in (128, 256, 512, 64, 192, 384, 640):
+        ql, qr = torch.empty(2, 64, latent, dtype=BF16), torch.empty(2, 64, 64, dtype=BF16)
+        reason = mla_sm90.declines(ql, qr, torch.empty(8, 64, latent + 64, dtype=BF16))
+        if latent in (128, 256, 512):
+            assert reason is None, (latent, reason)
+        else:
+            assert reason is not None and "latent" in reason, (latent, reason)
+
+
 def test_gluon_mla_pair_planning(monkeypatch) -> None:
     """Which narrow-kernel calls run ``mla_sm90_pair`` (mla._pair; no launch, any machine): block
     sizes under 64, one token a program at 17-32 heads, and a sequence's tokens over several

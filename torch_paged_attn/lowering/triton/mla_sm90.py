@@ -4,10 +4,11 @@ so that one warpgroup's softmax runs beside the other's products, split-KV for s
 
 Computes what ``mla._mla_kernel`` computes (absorbed MLA decode: every head attends to the rows
 ``[c | k_pe]`` of a paged latent cache, the latent ``c`` is the value too) for the calls it takes
-(``declines`` says which): bf16/fp16 queries and cache, latent 512 and rope 64 (any latent that
-is a multiple of 128 and rope 64), 64 heads a program (``H`` a multiple of 64), block sizes that
-are powers of two >= 8, a contiguous cache, no fp8; ``mla.prepare_mla_decode`` also keeps it off
-batch-invariant mode and tables under ``mla._GLUON_MIN_KEYS`` keys, and plans its splits.
+(``declines`` says which): bf16/fp16 queries and cache, latent 512 and rope 64 (latent 128 or
+256 too: half the latent is one wgmma's N, a power of two), 64 heads a program (``H`` a multiple
+of 64), block sizes that are powers of two >= 8, a contiguous cache, no fp8;
+``mla.prepare_mla_decode`` also keeps it off batch-invariant mode and tables under
+``mla._GLUON_MIN_KEYS`` keys, and plans its splits.
 
 Schedule (FlashMLA's "seesaw"): the [64, 512] float32 output does not fit one warpgroup beside
 the scores, so the left warpgroup holds output columns ``[0, L / 2)`` and the right one ``[L / 2,
@@ -87,7 +88,22 @@ rescales its output and its sum by the same one exp2 (``exp2(m - m_1)``; it mult
 graph replays in one process against the kernel before, twelve rounds over two runs
 (results/gpu-2026-11-27b/logs/probe-right*.txt): B8 x 8192 H128 53.4-55.7 against 53.9-54.4 us
 (faster in 10 of 12), B64 x 4096 H128 138.1-149.8 against 143.9-149.9 (within the rounds'
-spread); six rounds: B1 x 32768 H128 37.9-38.2 against 38.0-38.2.
+spread); six rounds: B1 x 32768 H128 37.9-38.2 against 38.0-38.2. Each value product is one
+wgmma of N = L / 2 (``_values``: a warpgroup's output one [64, L / 2] accumulator, its value chunks,
+which lie side by side, ``_slot``, read as one operand), where it was four of N = 64, each reading P
+again: sm_90 SASS 88 wgmmas against 136, the loop 519 instructions against 589. H100,
+graph replays in one process against the kernel before, five rounds (results/gpu-2026-11-27m/
+logs/call2/probe-n256.txt): block size 16, B64 x 4096 H128 148.5-150.8 against 164.7-174.7 us;
+block size 64 within the rounds' spread (B64 x 4096 H128 135.3-144.8 against 136.1-146.2, B1 x
+32768 37.9-38.3 against 37.9-38.2), B8 x 8192 53.9-54.4 against 53.5-53.9. With the grid's head
+groups first at block sizes >= 64 too (``HEADS_FIRST``), against main 66aefd2's kernel, five rounds on
+another machine (logs/call3/probe-final.txt): B64 x 4096 H128 135.2-139.1 against 136.3-144.5 us,
+block size 16 149.1-153.9 against 162.2-176.1, block size 32 (B32 x 4096) 92.0-94.4 against
+93.1-94.9; B8 x 8192 54.4-55.0 against 53.2-53.9 (2 % slower; not profiled), B1 x 32768 and B32 x
+4096 H64 within 0.4. The same with the chunk order of ``_slot`` (call 18, a third machine): B64 x
+4096 H128 134.6-141.1 against 145.0-160.0, block size 16 150.1-161.0 against 158.2-170.9, block size
+32 92.6-93.5 against 93.6-94.2, B8 x 8192 53.8-54.5 against 53.1-53.6, B32 x 4096 H64 77.1-77.4
+against 76.8-77.0, B1 x 32768 within 0.4.
 
 Split-KV (``launch`` with 4-D ``out``): program (token, head group, split) covers keys
 ``[split * split_tokens, +split_tokens)`` (a multiple of the tile; ``mla`` plans multiples of a
@@ -96,11 +112,13 @@ no keys) for ``mla``'s combine kernel.
 
 Layouts: q_latent/out ``[T, H, L]``, q_rope ``[T, H, R]`` (any strides, last one 1), kv_cache
 ``[NB, BS, L + R]`` contiguous (a 2-D ``[NB * BS, L + R]`` TMA view); partials ``[T, S, H, L]``
-and ``[T, S, H]`` float32. Grid: (token, head group, split), one program an item. Shared memory:
-Q ``64 x (L + R) x 2`` + ``2 x 64 x (L + R) x 2`` + P_1 ``64 x 64 x 2`` bytes (216 KiB + 8 KiB at
-576 columns): one program an SM. Bytes moved: ``sum_t seq_len_t * G * (L + R) * cache_bytes`` (G
-head groups; the second group's reads mostly from L2) + ``T * H * (2L + R) * q_bytes`` (+ ``T * S
-* H * (L + 1) * 8`` for the partials, written and read once).
+and ``[T, S, H]`` float32. Grid: (token x head group, 1, split) at block sizes >= 64, the head
+groups of a token side by side (``HEADS_FIRST``), else (token, head group, split); one program an
+item. Shared memory: Q ``64 x (L + R) x 2`` + ``2 x 64 x (L + R) x 2`` + P_1 ``64 x 64 x 2``
+bytes (216 KiB + 8 KiB at 576 columns): one program an SM; the two stages' [64, 64] chunks lie
+stage 0's latent chunks, stage 1's, then both rope chunks (``_slot``). Bytes moved: ``sum_t seq_len_t * G *
+(L + R) * cache_bytes`` (G head groups; the second group's reads mostly from L2) + ``T * H * (2L +
+R) * q_bytes`` (+ ``T * S * H * (L + 1) * 8`` for the partials, written and read once).
 """
 
 from __future__ import annotations
@@ -132,16 +150,30 @@ NUM_WARPS = 4  # the left warpgroup; the right one and the producer warp are add
 # The right warpgroup's registers (the left one gets 256). H100, B64 x 4096 H128, CUDA-graph
 # replays: 156.6 us at 224, 156.7 at 240 (gpu-2026-11-24d/logs/seesaw-probe-v1.txt); sm_90 SASS
 # (Triton 3.6): no spill in the right one's loop at 224, one spill pair in the left one's tail
-# zeroing branch.
+# zeroing branch. With one value wgmma a product (B64 x 4096 H128, four rounds,
+# gpu-2026-11-27m/logs/call13): 135.4-139.0 at 224, 135.8-141.8 at 240, 135.9-142.5 at 208 (a
+# spill pair there); B8 x 8192 54.5-55.0 at each.
 REGS_CONSUMER = 224
 REGS_PRODUCER = 24
+# Pages of a whole tile or more (block sizes >= 64): the grid puts a token's head groups next to
+# each other (axis 0 is token * groups + group), so that the programs reading the same pages start
+# together and their copies of each page meet in L2 at about the same time; block sizes under 64
+# keep the head groups on axis 1 (``num_tokens`` programs apart), where the second reader of a page
+# finds it already in L2. H100, CUDA-graph replays, us, heads first / tokens first
+# (benchmarks/results/gpu-2026-11-27m/logs/call1 and call2, 4-5 rounds, alternated): B64 x 4096 H128
+# 134.9-140.1 / 136.1-146.2 (call 2; call 1: 135.2-136.6 with one round of 148.7 / 136.2-137.5),
+# B66 x 4096 139.9-144.7 / 144.0-149.0, B60 132.9-138.1 / 136.1-137.4; B1 x 32768 and B8 x 8192 within
+# 0.3; block size 16 (call 2, with the single value wgmma) 150.6-162.9 / 148.5-150.8. Nsight Compute,
+# 8 launches each at B64 x 4096 (call 1): 310 MB read from DRAM either way (one read of the cache),
+# the L2 hit rate of reads 0.5 % heads first (both readers miss together) against 35.7 %.
+HEADS_FIRST = True
 
 
 def declines(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor) -> str | None:
     """Why this kernel does not take the call (None: it takes it). Static facts only."""
     latent, rope = q_latent.shape[2], q_rope.shape[2]
-    if latent % 128 or rope != 64 or latent + rope > 576:
-        shape = "latent a multiple of 128 up to 512, rope 64"
+    if latent not in (128, 256, 512) or rope != 64:
+        shape = "latent 128, 256 or 512 (half of it one wgmma's N: a power of two), rope 64"
     else:
         shape = "heads: a multiple of 64" if q_latent.shape[1] % HEADS else None
     return gluon_mla_declines(q_latent, q_rope, kv_cache, False, shape)
@@ -184,7 +216,6 @@ if gluon is not None:
     # and P as the A operand of P @ V from registers
     _ACC = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 64, 16]))
     _ROW = gl.constexpr(gl.SliceLayout(1, _ACC))
-    _P_OPERAND = gl.constexpr(gl.DotOperandLayout(operand_index=0, parent=_ACC, k_width=2))
 
     @gluon.jit
     def _ring(c: gl.constexpr, N: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, dtype: gl.constexpr,
@@ -262,12 +293,27 @@ if gluon is not None:
         return _block_row(blk, key0, num_blocks, block_rows, BLOCK_SIZE)
 
     @gluon.jit
+    def _slot(stage, c: gl.constexpr, CHUNKS: gl.constexpr, ROPE_LAST: gl.constexpr):
+        """The index of chunk ``c`` of ``stage`` in a two-stage ``[2 CHUNKS, rows, 64]`` buffer: the
+        stages one after the other, or (``ROPE_LAST``) both stages' latent chunks first, then the
+        two rope chunks, so that each stage's value halves are runs of whole slabs
+        (``_wide_view``)."""
+        if ROPE_LAST:
+            if c == CHUNKS - 1:
+                return 2 * (CHUNKS - 1) + stage
+            else:
+                return stage * (CHUNKS - 1) + c
+        else:
+            return stage * CHUNKS + c
+
+    @gluon.jit
     def _load(kv_desc, kv_smem, ready, empty, slot: gl.constexpr, e, c0: gl.constexpr, n: gl.constexpr, key0,
               seq_row_ptr, stride_bt_block, num_pages, num_blocks, block_rows, CHUNKS: gl.constexpr,
-              BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr):
+              BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr, ROPE_LAST: gl.constexpr = False):
         """Once the consumers freed chunk group ``slot`` (``stage * 3 + group``; its ``empty``
-        barrier, phase ``e``), its chunks ``[c0, c0 + n)`` of the 64-key tile from ``key0``: one TMA
-        box of ``BOX`` rows x 64 columns a page and chunk, completing on its ``ready`` barrier."""
+        barrier, phase ``e``), its chunks ``[c0, c0 + n)`` of the 64-key tile from ``key0`` (placed
+        as ``_slot`` says): one TMA box of ``BOX`` rows x 64 columns a page and chunk, completing on
+        its ``ready`` barrier."""
         stage: gl.constexpr = slot // 3
         if BOX == _TILE:  # one page: its row looked up before the wait, off the refill's path
             row = _page_row(key0, seq_row_ptr, stride_bt_block, num_pages, num_blocks, block_rows, BLOCK_SIZE)
@@ -279,7 +325,8 @@ if gluon is not None:
                 row = _page_row(key0 + i * BOX, seq_row_ptr, stride_bt_block, num_pages, num_blocks, block_rows,
                                 BLOCK_SIZE)
             for c in gl.static_range(n):
-                tma_load(kv_desc, [row, (c0 + c) * 64], bar, kv_smem.index(stage * CHUNKS + c0 + c).slice(i * BOX, BOX))
+                tma_load(kv_desc, [row, (c0 + c) * 64], bar,
+                         kv_smem.index(_slot(stage, c0 + c, CHUNKS, ROPE_LAST)).slice(i * BOX, BOX))
 
     @gluon.jit
     def _producer(kv_desc, kv_smem, ready, empty, key_lo, n_pairs, seq_row_ptr, stride_bt_block, num_pages,
@@ -296,17 +343,17 @@ if gluon is not None:
             k0 = key_lo + 2 * i * _TILE
             k1 = k0 + _TILE
             _load(kv_desc, kv_smem, ready, empty, 3 + _R, e, 2 * VCH, 1, k1, seq_row_ptr, stride_bt_block,
-                  num_pages, num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
+                  num_pages, num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX, True)
             _load(kv_desc, kv_smem, ready, empty, 3 + _B, e, VCH, VCH, k1, seq_row_ptr, stride_bt_block, num_pages,
-                  num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
+                  num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX, True)
             _load(kv_desc, kv_smem, ready, empty, _A, e, 0, VCH, k0, seq_row_ptr, stride_bt_block, num_pages,
-                  num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
+                  num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX, True)
             _load(kv_desc, kv_smem, ready, empty, _B, e, VCH, VCH, k0, seq_row_ptr, stride_bt_block, num_pages,
-                  num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
+                  num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX, True)
             _load(kv_desc, kv_smem, ready, empty, _R, e, 2 * VCH, 1, k0, seq_row_ptr, stride_bt_block, num_pages,
-                  num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
+                  num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX, True)
             _load(kv_desc, kv_smem, ready, empty, 3 + _A, e, 0, VCH, k1, seq_row_ptr, stride_bt_block, num_pages,
-                  num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)
+                  num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX, True)
 
     @gluon.jit
     def _scores(s, qs, kv_smem, ready, ph, stage, c0: gl.constexpr, n: gl.constexpr, CHUNKS: gl.constexpr, z):
@@ -315,7 +362,7 @@ if gluon is not None:
         chunks in the rings ``qs``)."""
         mbarrier.wait(ready, ph)
         for c in gl.static_range(n):
-            s = warpgroup_mma(qs[c0 + c].index(z), kv_smem.index(stage * CHUNKS + c0 + c).permute((1, 0)), s,
+            s = warpgroup_mma(qs[c0 + c].index(z), kv_smem.index(_slot(stage, c0 + c, CHUNKS, True)).permute((1, 0)), s,
                               is_async=True)
         return s
 
@@ -361,28 +408,33 @@ if gluon is not None:
                 v = buf.load(zl)
                 buf.store(gl.where(rows < tail, v, gl.zeros_like(v)))
 
+    # ``reinterpret`` is ``_reinterpret`` before Triton 3.7
+    if hasattr(gl.shared_memory_descriptor, "reinterpret"):
+        @gluon.jit
+        def _wide_view(kv_smem, VCH: gl.constexpr):
+            """``kv_smem``'s first ``4 VCH`` [64, 64] chunks as four [64, 64 VCH] operands."""
+            return kv_smem.reinterpret(kv_smem.dtype, [4, _TILE, VCH * 64], kv_smem.layout)
+    else:
+        @gluon.jit
+        def _wide_view(kv_smem, VCH: gl.constexpr):
+            """``kv_smem``'s first ``4 VCH`` [64, 64] chunks as four [64, 64 VCH] operands."""
+            return kv_smem._reinterpret(kv_smem.dtype, [4, _TILE, VCH * 64], kv_smem.layout)
+
     @gluon.jit
-    def _values(o0, o1, o2, o3, p, kv_smem, stage, c0: gl.constexpr, VCH: gl.constexpr,
-                CHUNKS: gl.constexpr):
-        """Issue ``O += P V`` into this warpgroup's value chunks ``[c0, c0 + VCH)`` of the tile in
-        ``stage``; ``p`` [64, 64] from registers (a dot operand) or shared memory."""
-        base = stage * CHUNKS + c0
-        o0 = warpgroup_mma(p, kv_smem.index(base), o0, is_async=True)
-        if VCH > 1:
-            o1 = warpgroup_mma(p, kv_smem.index(base + 1), o1, is_async=True)
-        if VCH > 2:
-            o2 = warpgroup_mma(p, kv_smem.index(base + 2), o2, is_async=True)
-        if VCH > 3:
-            o3 = warpgroup_mma(p, kv_smem.index(base + 3), o3, is_async=True)
-        return o0, o1, o2, o3
+    def _values(o, p, kv_smem, stage, c0: gl.constexpr, VCH: gl.constexpr):
+        """Issue ``O += P V`` over this warpgroup's value chunks ``[c0, c0 + VCH)`` of the tile in
+        ``stage`` as one wgmma of N = 64 VCH; ``p`` [64, 64] from registers (a dot operand) or
+        shared memory. The chunks lie side by side in ``kv_smem`` (``_slot``, rope last; each [64,
+        64] with the 128-byte swizzle), which is the layout of one [64, 64 VCH] operand of that
+        swizzle: each of its 64-column slabs is 64 rows of 128 bytes, the slabs one after another."""
+        return warpgroup_mma(p, _wide_view(kv_smem, VCH).index(2 * stage + c0 // VCH), o, is_async=True)
 
     @gluon.jit
     def _start(q_latent_ptr, q_rope_ptr, qs, q_bar, wg: gl.constexpr, tok, head0, stride_ql_tok,
                stride_ql_head, stride_qr_tok, stride_qr_head, LATENT: gl.constexpr):
         """Q [64 heads, L + R] into shared memory (the rings ``qs``, one allocation a chunk, so that
         no chunk's store waits at a barrier for another's), each warpgroup half of the chunks, both
-        waiting for both; returns this warpgroup's empty state ``(m, l, O's four 64-column
-        blocks)``."""
+        waiting for both; returns this warpgroup's empty state ``(m, l, O)``, O [64, L / 2]."""
         CHUNKS: gl.constexpr = LATENT // 64 + 1
         io_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
         offs_h = head0 + gl.arange(0, _ROWS, layout=gl.SliceLayout(1, io_layout))
@@ -399,38 +451,40 @@ if gluon is not None:
         fence_async_shared()
         mbarrier.arrive(q_bar.index(0))
         mbarrier.wait(q_bar.index(0), 0)
-        o = gl.zeros([_ROWS, 64], gl.float32, _ACC)
-        return gl.full([_ROWS], float("-inf"), gl.float32, _ROW), gl.zeros([_ROWS], gl.float32, _ROW), o, o, o, o
+        # O: one wgmma of N = L / 2 a key step (``_values``)
+        acc: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                      instr_shape=[16, LATENT // 2, 16])
+        return (gl.full([_ROWS], float("-inf"), gl.float32, _ROW), gl.zeros([_ROWS], gl.float32, _ROW),
+                gl.zeros([_ROWS, LATENT // 2], gl.float32, acc))
 
     @gluon.jit
-    def _epilogue(wg: gl.constexpr, o0, o1, o2, o3, m_i, l_i, l_smem, l_bar, out_ptr, lse_ptr, tok, head0,
+    def _by_row(x, o):
+        """A row vector of the scores' layout as a [64, 1] factor of ``o``'s (the same rows a
+        thread: a wgmma accumulator's rows do not depend on its N)."""
+        return gl.expand_dims(gl.convert_layout(x, gl.SliceLayout(1, o.type.layout)), 1)
+
+    @gluon.jit
+    def _epilogue(wg: gl.constexpr, o, m_i, l_i, l_smem, l_bar, out_ptr, lse_ptr, tok, head0,
                   stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head, LATENT: gl.constexpr,
                   HAS_LSE: gl.constexpr, LSE_UNIT: gl.constexpr):
         """l = l_0 + l_1 (both add in that order), this warpgroup's columns of O / l, and (the left
         one) lse = (m + log2 l) * LSE_UNIT."""
-        VCH: gl.constexpr = LATENT // 128
         l_smem.index(wg).store(l_i)
         mbarrier.arrive(l_bar.index(0))
         mbarrier.wait(l_bar.index(0), 0)
         l_tot = l_smem.index(0).load(_ROW) + l_smem.index(1).load(_ROW)
         has_keys = l_tot != 0.0
-        inv_l = gl.expand_dims(gl.where(has_keys, 1.0 / gl.where(has_keys, l_tot, 1.0), 0.0), 1)
-        orows = head0 + gl.arange(0, _ROWS, layout=_ROW)
-        ocol = gl.arange(0, 64, layout=gl.SliceLayout(0, _ACC))
+        inv_l = _by_row(gl.where(has_keys, 1.0 / gl.where(has_keys, l_tot, 1.0), 0.0), o)
+        acc: gl.constexpr = o.type.layout
+        orows = head0 + gl.arange(0, _ROWS, layout=gl.SliceLayout(1, acc))
+        ocol = wg * (LATENT // 2) + gl.arange(0, LATENT // 2, layout=gl.SliceLayout(0, acc))
         o_rows = gl.expand_dims(tok.to(gl.int64) * stride_o_tok + orows * stride_o_head, 1)
-        col0 = wg * (LATENT // 2)
-        odt: gl.constexpr = out_ptr.dtype.element_ty
-        gl.store(out_ptr + o_rows + gl.expand_dims(col0 + ocol, 0), (o0 * inv_l).to(odt))
-        if VCH > 1:
-            gl.store(out_ptr + o_rows + gl.expand_dims(col0 + 64 + ocol, 0), (o1 * inv_l).to(odt))
-        if VCH > 2:
-            gl.store(out_ptr + o_rows + gl.expand_dims(col0 + 128 + ocol, 0), (o2 * inv_l).to(odt))
-        if VCH > 3:
-            gl.store(out_ptr + o_rows + gl.expand_dims(col0 + 192 + ocol, 0), (o3 * inv_l).to(odt))
+        gl.store(out_ptr + o_rows + gl.expand_dims(ocol, 0), (o * inv_l).to(out_ptr.dtype.element_ty))
         if HAS_LSE:
             if wg == 0:
                 lse = gl.where(has_keys, (m_i + gl.log2(gl.where(has_keys, l_tot, 1.0))) * LSE_UNIT, float("-inf"))
-                gl.store(lse_ptr + tok.to(gl.int64) * stride_lse_tok + orows * stride_lse_head, lse)
+                lrows = head0 + gl.arange(0, _ROWS, layout=_ROW)
+                gl.store(lse_ptr + tok.to(gl.int64) * stride_lse_tok + lrows * stride_lse_head, lse)
 
     @gluon.jit
     def _left(q_latent_ptr, q_rope_ptr, out_ptr, lse_ptr, qs, kv_smem, p1_smem, m_smem, l_smem, ready, empty,
@@ -442,8 +496,9 @@ if gluon is not None:
         CHUNKS: gl.constexpr = LATENT // 64 + 1
         VCH: gl.constexpr = LATENT // 128
         dtype: gl.constexpr = kv_smem.dtype
-        m_i, l_i, o0, o1, o2, o3 = _start(q_latent_ptr, q_rope_ptr, qs, q_bar, 0, tok, head0, stride_ql_tok,
-                                          stride_ql_head, stride_qr_tok, stride_qr_head, LATENT)
+        m_i, l_i, o = _start(q_latent_ptr, q_rope_ptr, qs, q_bar, 0, tok, head0, stride_ql_tok, stride_ql_head,
+                             stride_qr_tok, stride_qr_head, LATENT)
+        p_operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o.type.layout, k_width=2)
         qk_scale = scale * _LOG2E
         for i in range(n_pairs):
             ph = i & 1
@@ -473,23 +528,22 @@ if gluon is not None:
             p = gl.exp2(s * qk_scale - gl.expand_dims(m_ref1, 1))
             l_i = l_i * a + gl.sum(p, 1)
             pt = p.to(dtype)
-            kv_smem.index(st0 * CHUNKS + 2 * VCH).store(pt)  # P_0 for the right warpgroup, in tile 2i's rope chunk
-            _zero_rows(kv_smem, st0 * CHUNKS, kv_end - key0, CHUNKS - 1, 4)
+            kv_smem.index(_slot(st0, 2 * VCH, CHUNKS, True)).store(pt)  # P_0 for the right one, in tile 2i's rope chunk
+            _zero_rows(kv_smem, st0 * (CHUNKS - 1), kv_end - key0, CHUNKS - 1, 4)
             fence_async_shared()
             mbarrier.arrive(p0_full.index(0))
-            a0 = gl.expand_dims(a, 1)
-            o0, o1, o2, o3 = o0 * a0, o1 * a0, o2 * a0, o3 * a0
-            o0, o1, o2, o3 = _values(o0, o1, o2, o3, gl.convert_layout(pt, _P_OPERAND), kv_smem, st0, 0, VCH, CHUNKS)
-            o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
+            o = o * _by_row(a, o)
+            o = _values(o, gl.convert_layout(pt, p_operand), kv_smem, st0, 0, VCH)
+            o = warpgroup_mma_wait(num_outstanding=0, deps=(o, ))
             mbarrier.arrive(empty.index(_A))
             # O_L += P_1 V_1L, P_1 from the right warpgroup
             mbarrier.wait(p1_full.index(0), ph)
-            o0, o1, o2, o3 = _values(o0, o1, o2, o3, p1_smem, kv_smem, st1, 0, VCH, CHUNKS)
-            o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
+            o = _values(o, p1_smem, kv_smem, st1, 0, VCH)
+            o = warpgroup_mma_wait(num_outstanding=0, deps=(o, ))
             mbarrier.arrive(p1_free.index(0))
             mbarrier.arrive(empty.index(3 + _A))
             m_i = m_new1
-        _epilogue(0, o0, o1, o2, o3, m_i, l_i, l_smem, l_bar, out_ptr, lse_ptr, tok, head0, stride_o_tok,
+        _epilogue(0, o, m_i, l_i, l_smem, l_bar, out_ptr, lse_ptr, tok, head0, stride_o_tok,
                   stride_o_head, stride_lse_tok, stride_lse_head, LATENT, HAS_LSE, LSE_UNIT)
 
     @gluon.jit
@@ -502,8 +556,9 @@ if gluon is not None:
         CHUNKS: gl.constexpr = LATENT // 64 + 1
         VCH: gl.constexpr = LATENT // 128
         dtype: gl.constexpr = kv_smem.dtype
-        m_i, l_i, o0, o1, o2, o3 = _start(q_latent_ptr, q_rope_ptr, qs, q_bar, 1, tok, head0, stride_ql_tok,
-                                          stride_ql_head, stride_qr_tok, stride_qr_head, LATENT)
+        m_i, l_i, o = _start(q_latent_ptr, q_rope_ptr, qs, q_bar, 1, tok, head0, stride_ql_tok, stride_ql_head,
+                             stride_qr_tok, stride_qr_head, LATENT)
+        p_operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o.type.layout, k_width=2)
         qk_scale = scale * _LOG2E
         for i in range(n_pairs):
             ph = i & 1
@@ -529,27 +584,26 @@ if gluon is not None:
             a = gl.exp2(m_i - m_ref1)  # the left warpgroup's rescale of the pair, the same value
             p = gl.exp2(s * qk_scale - gl.expand_dims(m_ref1, 1))
             l_i = l_i * a + gl.sum(p, 1)
-            _zero_rows(kv_smem, st1 * CHUNKS, kv_end - key1, CHUNKS - 1, 4)
+            _zero_rows(kv_smem, st1 * (CHUNKS - 1), kv_end - key1, CHUNKS - 1, 4)
             fence_async_shared()
-            a = gl.expand_dims(a, 1)
-            o0, o1, o2, o3 = o0 * a, o1 * a, o2 * a, o3 * a
+            o = o * _by_row(a, o)
             pt = p.to(dtype)
-            o0, o1, o2, o3 = _values(o0, o1, o2, o3, gl.convert_layout(pt, _P_OPERAND), kv_smem, st1, VCH, VCH, CHUNKS)
+            o = _values(o, gl.convert_layout(pt, p_operand), kv_smem, st1, VCH, VCH)
             # P_1 for the left warpgroup, once it is done with the last one
             mbarrier.wait(p1_free.index(0), ph ^ 1)
             p1_smem.store(pt)
             fence_async_shared()
             mbarrier.arrive(p1_full.index(0))
-            o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
+            o = warpgroup_mma_wait(num_outstanding=0, deps=(o, ))
             mbarrier.arrive(empty.index(3 + _B))
             # O_R += P_0 V_0R, P_0 (rescaled to this max) from the left warpgroup, in stage 0's rope chunk
             mbarrier.wait(p0_full.index(0), ph)
-            o0, o1, o2, o3 = _values(o0, o1, o2, o3, kv_smem.index(st0 * CHUNKS + 2 * VCH), kv_smem, st0, VCH, VCH, CHUNKS)
-            o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
+            o = _values(o, kv_smem.index(_slot(st0, 2 * VCH, CHUNKS, True)), kv_smem, st0, VCH, VCH)
+            o = warpgroup_mma_wait(num_outstanding=0, deps=(o, ))
             mbarrier.arrive(empty.index(_B))
             mbarrier.arrive(empty.index(_R))
             m_i = m_new1
-        _epilogue(1, o0, o1, o2, o3, m_i, l_i, l_smem, l_bar, out_ptr, lse_ptr, tok, head0, stride_o_tok,
+        _epilogue(1, o, m_i, l_i, l_smem, l_bar, out_ptr, lse_ptr, tok, head0, stride_o_tok,
                   stride_o_head, stride_lse_tok, stride_lse_head, LATENT, HAS_LSE, LSE_UNIT)
 
     @gluon.jit(do_not_specialize=["num_tokens", "num_seqs", "max_blocks", "split_tokens"])
@@ -566,11 +620,16 @@ if gluon is not None:
         stride_lse_tok, stride_lse_split, stride_lse_head,
         LATENT: gl.constexpr, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr,
         CAUSAL: gl.constexpr, HAS_LSE: gl.constexpr, LSE_UNIT: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+        HEAD_GROUPS: gl.constexpr,  # > 0: the grid's axis 0 is token * HEAD_GROUPS + head group (``_launcher``)
     ):
         CHUNKS: gl.constexpr = LATENT // 64 + 1
         dtype: gl.constexpr = q_latent_ptr.dtype.element_ty
-        tok = gl.program_id(0)
-        head0 = gl.program_id(1) * _ROWS
+        if HEAD_GROUPS > 0:
+            tok = gl.program_id(0) // HEAD_GROUPS
+            head0 = gl.program_id(0) % HEAD_GROUPS * _ROWS
+        else:
+            tok = gl.program_id(0)
+            head0 = gl.program_id(1) * _ROWS
         split = gl.program_id(2)  # keys [split * split_tokens, + split_tokens), a multiple of the tile
         out_ptr += split.to(gl.int64) * stride_o_split
         lse_ptr += split.to(gl.int64) * stride_lse_split
@@ -715,8 +774,10 @@ def _launcher(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: T
         if not fp8:
             own["kv_scale_ptr"] = same_as("q_latent_ptr")
     else:
-        kernel, grid = _mla_sm90_kernel, (num_tokens, num_heads // HEADS, num_splits)
-        own = dict(CONSUMER_REGS=REGS_CONSUMER, num_warps=NUM_WARPS)
+        kernel, groups = _mla_sm90_kernel, num_heads // HEADS
+        first = groups if box == TILE_N and HEADS_FIRST else 0
+        grid = (num_tokens * groups, 1, num_splits) if first else (num_tokens, groups, num_splits)
+        own = dict(CONSUMER_REGS=REGS_CONSUMER, num_warps=NUM_WARPS, HEAD_GROUPS=first)
     return launcher(
         kernel, grid,
         kv_desc=_sm90.descriptor_spec(kv_cache, box), **({} if has_lse else {"lse_ptr": same_as("out_ptr")}),
