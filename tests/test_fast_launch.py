@@ -1267,7 +1267,7 @@ def test_gluon_plans_pass_only_tensors_per_call(split, monkeypatch) -> None:
                          rows=(128, 32, 4, 1))(q, k, v, table, lens, qsl, p_out, p_lse, {})
     assert len(made) == len(calls) == 2
     (mla_kernel, grid, constants), (pre_kernel, _, pre_constants) = made
-    assert grid == (2, 2, 4 if split else 1)
+    assert grid == (4, 1, 4 if split else 1) and constants["HEAD_GROUPS"] == 2  # 2 tokens x 2 head groups on axis 0
     assert isinstance(constants["kv_desc"], _launch.Descriptor) and constants["kv_desc"].shape == (256, 576)
     assert isinstance(pre_constants["k_desc"], _launch.Descriptor) and pre_constants["v_desc"].shape == (64, 128)
     for like, tensors in calls:
