@@ -76,15 +76,17 @@ def main():
     for name in names:
         s = by[name]
         copies = P.md.input_copies(s, device)
-        graphs = {}
+        graphs, kept = {}, []  # kept: each graph's calls, whose outputs and buffers the graph writes
         for label, module in (("ours", mla_sm90), ("main", main_mod)):
             P.swap("mla_sm90", module)()
             module._LAUNCHERS.clear()
             P.lowering._CHOICES.clear()
-            graphs[label] = graph_of([P.runner(s, x, device) for x in copies])
+            kept.append([P.runner(s, x, device) for x in copies])
+            graphs[label] = graph_of(kept[-1])
         P.swap("mla_sm90", mla_sm90)()
         try:
-            graphs["fi"] = graph_of(P.md.flashinfer_mla(s, copies, device).fns)
+            kept.append(P.md.flashinfer_mla(s, copies, device).fns)
+            graphs["fi"] = graph_of(kept[-1])
         except Exception as e:  # noqa: BLE001 - FlashInfer missing: ours alone
             print(f"flashinfer: {type(e).__name__}: {str(e)[:100]}")
         print(f"{name}: phase, us a call (median / first 10 / last 10), SM MHz, W (median of samples), throttle")

@@ -25,7 +25,9 @@
 #   reinterpret of the whole buffer, which Triton 3.9 also accepts):
 #   14 `wide mla`: 58 passed, 1 skipped; 182 passed, 32 skipped;
 #   15 `stash-a`, 16 `stash-fa4 stage`, 17 `stash-b`, 18 `stash-fi site bench-mla final` (warm):
-#     benchmarks/results/mla_decode-NVIDIA-H100-80GB-HBM3-2026-11-27-m.* and logs/call18/probe-final.txt.
+#     benchmarks/results/mla_decode-NVIDIA-H100-80GB-HBM3-2026-11-27-m.* and logs/call18/probe-final.txt;
+#   19 `stash-a`, 20 `stash-fa4 stage`, 21 `stash-b`, 22 `stash-fi site power` (warm), probe_power.py keeping each
+#     contender's calls alive while its graph lives (calls 8 and 12 dropped them: the failure there).
 . "$(dirname "$0")/../gpu_run.sh"  # out (from $1), here, PYTHONPATH, t()
 while [ $# -gt 0 ]; do
 part=$1; shift
