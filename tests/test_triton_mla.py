@@ -1031,6 +1031,38 @@ def test_gluon_mla_wide_grid_and_latents(monkeypatch) -> None:
             assert reason is not None and "latent" in reason, (latent, reason)
 
 
+def test_gluon_mla_wide_prefetch_choice(monkeypatch) -> None:
+    """Where the wide kernel's producer asks L2 for each pair's pages (no launch, any machine): at
+    two or more head groups on pages of a whole tile or more whose rows lie one after another; not
+    at one group, not under block size 64, not on a strided view (a layer of a cross-layer buffer
+    is still rows one after another; a view whose rows are wider than a slot is not), not with
+    ``PREFETCH_MIN_GROUPS`` raised past the groups."""
+    from torch_paged_attn.lowering.triton import _sm90, mla_sm90
+
+    if _sm90.gl is None:
+        pytest.skip("this Triton has no Gluon")
+    seen = []
+    monkeypatch.setattr(mla_sm90, "launcher", lambda kernel, grid, **c: seen.append(c["PREFETCH"]))
+
+    def prefetch(heads: int, cache: torch.Tensor) -> bool:
+        ql, qr = torch.empty(4, heads, 512, dtype=BF16), torch.empty(4, heads, 64, dtype=BF16)
+        table = torch.zeros(4, 4, dtype=torch.int32)
+        lens, qsl = torch.full((4,), 100, dtype=torch.int32), torch.arange(5, dtype=torch.int32)
+        seen.clear()
+        mla_sm90._launcher(ql, qr, cache, table, lens, qsl, (0, 0, 0), (0, 0, 0), 1, 1.0, True, 0.1, True, 128)
+        return seen[-1]
+
+    cache = torch.empty(8, 64, 576, dtype=BF16)
+    assert prefetch(128, cache) and prefetch(256, cache) and prefetch(128, torch.empty(8, 128, 576, dtype=BF16))
+    assert not prefetch(64, cache)
+    assert not prefetch(128, torch.empty(8, 16, 576, dtype=BF16))
+    assert not prefetch(128, torch.empty(8, 32, 576, dtype=BF16))
+    assert prefetch(128, torch.empty(8, 3, 64, 576, dtype=BF16)[:, 1])  # a layer: rows still side by side
+    assert not prefetch(128, torch.empty(8, 64, 640, dtype=BF16)[:, :, :576])  # rows 640 wide
+    monkeypatch.setattr(mla_sm90, "PREFETCH_MIN_GROUPS", 3)
+    assert not prefetch(128, cache) and prefetch(256, cache)
+
+
 def test_gluon_mla_pair_planning(monkeypatch) -> None:
     """Which narrow-kernel calls run ``mla_sm90_pair`` (mla._pair; no launch, any machine): block
     sizes under 64, one token a program at 17-32 heads, and a sequence's tokens over several

@@ -26,8 +26,9 @@ running max ``m`` shared through shared memory:
 Each warpgroup keeps its own partial row sum (the left ``l exp(m - m_1) + sum P_0``, the right ``l
 exp(m - m_1) + sum P_1``), added at the end. A producer warp issues the TMA copies (one box of
 ``min(BS, 64)`` rows x 64 columns a copy; a block id outside ``[0, NB)`` or a page past the
-sequence reads zeros from past the cache's last row). Tile 2i lives in stage 0 and 2i + 1 in
-stage 1; each stage has three chunk groups (left value chunks, right value chunks, rope) with a
+sequence reads zeros from past the cache's last row); at two or more head groups it first asks
+L2 for the pair's two pages, one bulk prefetch a tile (``PREFETCH_MIN_GROUPS``). Tile 2i lives in
+stage 0 and 2i + 1 in stage 1; each stage has three chunk groups (left value chunks, right value chunks, rope) with a
 ready and an empty barrier each, and a group is refilled for the next pair as soon as its last
 reader is done with it, in that order: stage 1's rope (after the right's scores), stage 1's right
 chunks (after ``P_1 V_1R``), stage 0's left chunks (after ``P_0 V_0L``), stage 0's right chunks
@@ -167,6 +168,21 @@ REGS_PRODUCER = 24
 # 8 launches each at B64 x 4096 (call 1): 310 MB read from DRAM either way (one read of the cache),
 # the L2 hit rate of reads 0.5 % heads first (both readers miss together) against 35.7 %.
 HEADS_FIRST = True
+# Where the heads make at least this many 64-head groups (the programs of a token's groups reading
+# the same pages) and pages hold whole tiles, the producer asks L2 for a pair's two pages (one bulk
+# prefetch a tile, ``_prefetch``) before it loads the pair's chunk groups: the groups it loads last,
+# each once the consumers free its buffer, then find their tile in L2. H100, CUDA-graph replays,
+# us, with / without (benchmarks/results/gpu-2026-11-28/logs/call2-call4, three rounds each, two
+# machines): B64 x 4096 H128 131.2-133.5 / 134.4-141.0 (call 4), 131.4-136.6 / 134.4-146.9 (calls
+# 2-3), B8 x 8192 H128 51.7-52.7 / 53.6-55.1, B1 x 32768 H128 35.3-36.1 / 37.9-38.5, B16 x 4096 H256
+# 76.7-78.4 / 79.1-80.1; one group, B32 x 4096 H64, 78.9-80.2 / 75.8-76.6 (hence the bound). Measured
+# and not kept (the variants in that folder's mla_sm90_variants.py): the pages of the pair one or two
+# pairs ahead (B64 x 4096 H128 151-154 and 197-199 against 137-138, call 1), each group's program
+# one tile of the pair (between the two: 132.4-140.7, H64 76.8-77.2), the segments of the groups
+# loaded last by ``prefetch.global.L2`` from the producer warp's lanes (139.4-150.2), and the wide
+# kernel launched with programmatic dependent launch (with the prefetch 138.4-142.4 against
+# 131.5-136.6, call 3).
+PREFETCH_MIN_GROUPS = 2
 
 
 def declines(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor) -> str | None:
@@ -329,19 +345,44 @@ if gluon is not None:
                          kv_smem.index(_slot(stage, c0 + c, CHUNKS, ROPE_LAST)).slice(i * BOX, BOX))
 
     @gluon.jit
-    def _producer(kv_desc, kv_smem, ready, empty, key_lo, n_pairs, seq_row_ptr, stride_bt_block, num_pages,
-                  num_blocks, block_rows, CHUNKS: gl.constexpr, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr):
+    def _prefetch(kv_ptr, key0, kv_end, seq_row_ptr, stride_bt_block, num_pages, num_blocks, block_rows,
+                  CHUNKS: gl.constexpr, BLOCK_SIZE: gl.constexpr):
+        """Ask L2 for the 64-key tile from ``key0`` (block sizes >= 64 and rows of ``CHUNKS * 64``
+        elements one after another: the tile is one run of bytes) with one bulk prefetch, issued by
+        one lane (the compiler makes it one uniform instruction a warp); nothing for a key at or
+        past ``kv_end`` or a block id outside ``[0, num_blocks)``. A hint: no barrier, no result.
+        Its size field counts 16-byte units in 16 bits (sm_90 SASS), which a tile's 72 KiB fits."""
+        blk = _block_id(key0, seq_row_ptr, stride_bt_block, num_pages, BLOCK_SIZE)
+        ok = (blk >= 0) & (blk < num_blocks) & (key0 < kv_end)
+        row = gl.where(ok, blk * block_rows + key0 % BLOCK_SIZE, 0)
+        src = kv_ptr + row.to(gl.int64) * (CHUNKS * 64)
+        size: gl.constexpr = _TILE * CHUNKS * 64 * kv_ptr.dtype.element_ty.primitive_bitwidth // 8
+        gl.inline_asm_elementwise(
+            "{ .reg .pred p, q; .reg .b32 l; mov.u32 l, %laneid; setp.eq.u32 p, l, 0; setp.ne.and.u32 q, $2, 0, p; "
+            f"@q cp.async.bulk.prefetch.L2.global [$1], {size}; mov.u32 $0, 0; }}",
+            "=r,l,r", [src, ok.to(gl.int32)], dtype=gl.int32, is_pure=False, pack=1)
+
+    @gluon.jit
+    def _producer(kv_desc, kv_ptr, kv_smem, ready, empty, key_lo, n_pairs, kv_end, seq_row_ptr, stride_bt_block,
+                  num_pages, num_blocks, block_rows, CHUNKS: gl.constexpr, BLOCK_SIZE: gl.constexpr,
+                  BOX: gl.constexpr, PREFETCH: gl.constexpr):
         """One warp: the two tiles of each pair (tile 2i in stage 0, 2i + 1 in stage 1), each chunk
         group loaded as soon as the consumers free it, in the order they free them: tile 2i + 1's
         rope (after the right warpgroup's scores), tile 2i + 1's right chunks (the right one's own
         values), tile 2i's left chunks (the left one's own values, which wait for the right one's
         max), tile 2i's right chunks and rope (the right one's values of tile 2i, with P_0 in that
-        rope chunk), tile 2i + 1's left chunks (the left one's values of tile 2i + 1)."""
+        rope chunk), tile 2i + 1's left chunks (the left one's values of tile 2i + 1). With
+        ``PREFETCH``, the pair's two tiles asked of L2 first (``_prefetch``; ``PREFETCH_MIN_GROUPS``)."""
         VCH: gl.constexpr = (CHUNKS - 1) // 2
         for i in range(n_pairs):
             e = (i & 1) ^ 1
             k0 = key_lo + 2 * i * _TILE
             k1 = k0 + _TILE
+            if PREFETCH:
+                _prefetch(kv_ptr, k0, kv_end, seq_row_ptr, stride_bt_block, num_pages, num_blocks, block_rows,
+                          CHUNKS, BLOCK_SIZE)
+                _prefetch(kv_ptr, k1, kv_end, seq_row_ptr, stride_bt_block, num_pages, num_blocks, block_rows,
+                          CHUNKS, BLOCK_SIZE)
             _load(kv_desc, kv_smem, ready, empty, 3 + _R, e, 2 * VCH, 1, k1, seq_row_ptr, stride_bt_block,
                   num_pages, num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX, True)
             _load(kv_desc, kv_smem, ready, empty, 3 + _B, e, VCH, VCH, k1, seq_row_ptr, stride_bt_block, num_pages,
@@ -610,6 +651,7 @@ if gluon is not None:
     def _mla_sm90_kernel(
         q_latent_ptr, q_rope_ptr,  # [T, H, L], [T, H, R]
         kv_desc,  # TMA descriptor of the cache as [NB * BS, L + R], boxes [BOX, 64]
+        kv_ptr,  # the cache itself (the view's row 0), for the L2 prefetch
         block_table_ptr, seq_lens_ptr, query_start_loc_ptr,  # [B, MB], [B], [B + 1] int32
         out_ptr, lse_ptr,  # [T, H, L] or partials [T, S, H, L] float32 (this kernel's); [T, H] or [T, S, H] float32
         scale,
@@ -621,6 +663,7 @@ if gluon is not None:
         LATENT: gl.constexpr, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr,
         CAUSAL: gl.constexpr, HAS_LSE: gl.constexpr, LSE_UNIT: gl.constexpr, CONSUMER_REGS: gl.constexpr,
         HEAD_GROUPS: gl.constexpr,  # > 0: the grid's axis 0 is token * HEAD_GROUPS + head group (``_launcher``)
+        PREFETCH: gl.constexpr,  # the producer's L2 prefetch of each pair (``_producer``, ``PREFETCH_MIN_GROUPS``)
     ):
         CHUNKS: gl.constexpr = LATENT // 64 + 1
         dtype: gl.constexpr = q_latent_ptr.dtype.element_ty
@@ -688,8 +731,8 @@ if gluon is not None:
                    num_blocks, key_lo, n_pairs, kv_end, scale, tok, head0, stride_ql_tok, stride_ql_head, stride_qr_tok,
                    stride_qr_head, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head, LATENT, BLOCK_SIZE,
                    HAS_LSE, LSE_UNIT)),
-            (_producer, (kv_desc, kv_smem, ready, empty, key_lo, n_pairs, seq_row_ptr, stride_bt_block, num_pages,
-                         num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX)),
+            (_producer, (kv_desc, kv_ptr, kv_smem, ready, empty, key_lo, n_pairs, kv_end, seq_row_ptr, stride_bt_block,
+                         num_pages, num_blocks, block_rows, CHUNKS, BLOCK_SIZE, BOX, PREFETCH)),
         ], [4, 1], [CONSUMER_REGS, REGS_PRODUCER])
 
 
@@ -723,8 +766,8 @@ def _go(go, block_q: int, q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, bl
            seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc, out_ptr=out,
            lse_ptr=lse if lse is not None else out, kv_scale_ptr=kv_scale if kv_scale is not None else q_latent)
     else:
-        go(q_latent, q_latent_ptr=q_latent, q_rope_ptr=q_rope, kv_desc=kv_cache, block_table_ptr=block_table,
-           seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc, out_ptr=out,
+        go(q_latent, q_latent_ptr=q_latent, q_rope_ptr=q_rope, kv_desc=kv_cache, kv_ptr=kv_cache,
+           block_table_ptr=block_table, seq_lens_ptr=seq_lens, query_start_loc_ptr=query_start_loc, out_ptr=out,
            lse_ptr=lse if lse is not None else out)
 
 
@@ -777,7 +820,9 @@ def _launcher(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: T
         kernel, groups = _mla_sm90_kernel, num_heads // HEADS
         first = groups if box == TILE_N and HEADS_FIRST else 0
         grid = (num_tokens * groups, 1, num_splits) if first else (num_tokens, groups, num_splits)
-        own = dict(CONSUMER_REGS=REGS_CONSUMER, num_warps=NUM_WARPS, HEAD_GROUPS=first)
+        # (a whole tile a page, its rows one after another: one run of bytes)
+        prefetch = (box == TILE_N and groups >= PREFETCH_MIN_GROUPS and kv_cache.stride(1) == kv_cache.shape[2])
+        own = dict(CONSUMER_REGS=REGS_CONSUMER, num_warps=NUM_WARPS, HEAD_GROUPS=first, PREFETCH=prefetch)
     return launcher(
         kernel, grid,
         kv_desc=_sm90.descriptor_spec(kv_cache, box), **({} if has_lse else {"lse_ptr": same_as("out_ptr")}),
