@@ -6,6 +6,15 @@
 #       programs alternating, against both and none, H64-H256) | final (the package's kernel against the variants'
 #       file without prefetch) | wide (the wide kernel's GPU tests and fuzz) |
 #       mla | fuzz-mla | bench-mla (as in ../gpu-2026-11-27m/run.sh), and the staging parts of ../gpu_run.sh
+# Calls, in order (each a fresh machine unless it says otherwise; "warm" the machine of the call before):
+#   1 `prefetch` on the tree of f8e8ec6's parent with the variants of mla_sm90_variants.py in the package and
+#     mla.py planning the wide kernel's launch with PDL where mla_sm90.PDL said so (probe_prefetch.py's docstring);
+#   2 `lines`; 3 `pdl0` (warm); 4 `half`;
+#   then on the final tree (f8e8ec6 and the docs after it):
+#   5 `stash-a`, 6 `stash-fa4 stage`, 7 `stash-b`, 8 `stash-fi site bench-mla final` (warm):
+#     benchmarks/results/mla_decode-NVIDIA-H100-80GB-HBM3-2026-11-28.* and logs/call8/probe-final.txt;
+#   9 `wide` (warm): 58 passed, 1 skipped (the pytest process cut at its timeout after the summary);
+#   10 `mla` (warm): 183 passed, 32 skipped.
 . "$(dirname "$0")/../gpu_run.sh"  # out (from $1), here, PYTHONPATH, t()
 while [ $# -gt 0 ]; do
 part=$1; shift

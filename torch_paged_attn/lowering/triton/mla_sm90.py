@@ -177,11 +177,11 @@ HEADS_FIRST = True
 # 2-3), B8 x 8192 H128 51.7-52.7 / 53.6-55.1, B1 x 32768 H128 35.3-36.1 / 37.9-38.5, B16 x 4096 H256
 # 76.7-78.4 / 79.1-80.1; one group, B32 x 4096 H64, 78.9-80.2 / 75.8-76.6 (hence the bound). Measured
 # and not kept (the variants in that folder's mla_sm90_variants.py): the pages of the pair one or two
-# pairs ahead (B64 x 4096 H128 151-154 and 197-199 against 137-138, call 1), each group's program
+# pairs ahead (B64 x 4096 H128 149-154 and, with PDL, 195-199 against 135-138, call 1), each group's program
 # one tile of the pair (between the two: 132.4-140.7, H64 76.8-77.2), the segments of the groups
 # loaded last by ``prefetch.global.L2`` from the producer warp's lanes (139.4-150.2), and the wide
 # kernel launched with programmatic dependent launch (with the prefetch 138.4-142.4 against
-# 131.5-136.6, call 3).
+# 131.5-136.6, call 3). As landed, against no prefetch (call 8): B64 x 4096 H128 131.3-131.6 / 135.3-136.5.
 PREFETCH_MIN_GROUPS = 2
 
 
