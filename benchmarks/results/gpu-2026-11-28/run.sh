@@ -12,7 +12,8 @@
 #   2 `lines`; 3 `pdl0` (warm); 4 `half`;
 #   then on the final tree (f8e8ec6 and the docs after it):
 #   5 `stash-a`, 6 `stash-fa4 stage`, 7 `stash-b`, 8 `stash-fi site bench-mla final` (warm):
-#     benchmarks/results/mla_decode-NVIDIA-H100-80GB-HBM3-2026-11-28.* and logs/call8/probe-final.txt;
+#     benchmarks/results/mla_decode-NVIDIA-H100-80GB-HBM3-2026-11-28.* (its output, kept there only) and
+#     logs/call8/probe-final.txt;
 #   9 `wide` (warm): 58 passed, 1 skipped (the pytest process cut at its timeout after the summary);
 #   10 `mla` (warm): 183 passed, 32 skipped.
 . "$(dirname "$0")/../gpu_run.sh"  # out (from $1), here, PYTHONPATH, t()
