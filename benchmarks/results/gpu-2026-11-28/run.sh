@@ -4,7 +4,8 @@
 #       segments prefetched by prefetch.global.L2, against none and the bulk prefetch) | pdl0 (the bulk prefetch
 #       of the pair being loaded with and without PDL) | half (one tile of each pair prefetched, the head groups'
 #       programs alternating, against both and none, H64-H256) | final (the package's kernel against the variants'
-#       file without prefetch) | wide (the wide kernel's GPU tests and fuzz) |
+#       file without prefetch) | narrow (probe_narrow.py: the narrow kernel's L2 prefetch, 32-row programs and a
+#       token a program) | wide (the wide kernel's GPU tests and fuzz) |
 #       mla | fuzz-mla | bench-mla (as in ../gpu-2026-11-27m/run.sh), and the staging parts of ../gpu_run.sh
 # Calls, in order (each a fresh machine unless it says otherwise; "warm" the machine of the call before):
 #   1 `prefetch` on the tree of f8e8ec6's parent with the variants of mla_sm90_variants.py in the package and
@@ -29,6 +30,8 @@ half) PROBE_HALF=1 timeout 540 python3 "$here/probe_prefetch.py" > "$out/probe-h
     grep -v Warn "$out/probe-half.txt" | tail -60 ;;
 final) PROBE_FINAL=1 timeout 400 python3 "$here/probe_prefetch.py" > "$out/probe-final.txt" 2>&1; echo "exit $?"
     grep -v Warn "$out/probe-final.txt" | tail -40 ;;
+narrow) timeout 400 python3 "$here/probe_narrow.py" > "$out/probe-narrow.txt" 2>&1; echo "exit $?"
+    grep -v Warn "$out/probe-narrow.txt" | tail -80 ;;
 lines) PROBE_LINES=1 timeout 540 python3 "$here/probe_prefetch.py" > "$out/probe-lines.txt" 2>&1; echo "exit $?"
     grep -v Warn "$out/probe-lines.txt" | tail -60 ;;
 wide) t wide 330 -n 12 -k "gluon_mla_kernel_fuzz or gluon_mla_cuda or bad_block or declines_cuda or reads_inputs or graph_and_compile" \
