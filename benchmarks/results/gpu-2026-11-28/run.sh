@@ -16,7 +16,9 @@
 #     benchmarks/results/mla_decode-NVIDIA-H100-80GB-HBM3-2026-11-28.* (its output, kept there only) and
 #     logs/call8/probe-final.txt;
 #   9 `wide` (warm): 58 passed, 1 skipped (the pytest process cut at its timeout after the summary);
-#   10 `mla` (warm): 183 passed, 32 skipped.
+#   10 `mla` (warm): 183 passed, 32 skipped;
+#   11 `narrow` (probe_narrow.py); 12 `stash-a`, 13 `stash-fa4 stage`, 14 `stash-b`, 15 `stash-fi site bench-mla`
+#     (warm): benchmarks/results/mla_decode-NVIDIA-H100-80GB-HBM3-2026-11-28-b.* (its output kept there only).
 . "$(dirname "$0")/../gpu_run.sh"  # out (from $1), here, PYTHONPATH, t()
 while [ $# -gt 0 ]; do
 part=$1; shift
