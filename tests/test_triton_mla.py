@@ -993,6 +993,21 @@ def test_gluon_mla_combine_blocking(monkeypatch) -> None:
     assert got == (1, 128, 1) and block_h == 1
 
 
+def _wide_plan(monkeypatch, tokens: int, heads: int, cache: torch.Tensor, splits: int = 1) -> tuple:
+    """The wide kernel's planned launch (no launch, any machine): ``(grid, constants)`` of
+    ``mla_sm90._launcher`` for ``tokens`` one-token sequences of ``heads`` heads, latent 512 + rope
+    64, over ``cache``, split ``splits`` ways."""
+    from torch_paged_attn.lowering.triton import mla_sm90
+
+    made = []
+    monkeypatch.setattr(mla_sm90, "launcher", lambda kernel, grid, **c: made.append((grid, c)))
+    ql, qr = torch.empty(tokens, heads, 512, dtype=BF16), torch.empty(tokens, heads, 64, dtype=BF16)
+    table = torch.zeros(tokens, 4, dtype=torch.int32)
+    lens, qsl = torch.full((tokens,), 100, dtype=torch.int32), torch.arange(tokens + 1, dtype=torch.int32)
+    mla_sm90._launcher(ql, qr, cache, table, lens, qsl, (0, 0, 0), (0, 0, 0), splits, 1.0, True, 0.1, True, 128)
+    return made[-1]
+
+
 def test_gluon_mla_wide_grid_and_latents(monkeypatch) -> None:
     """The wide kernel's grid (no launch, any machine): at block sizes >= 64 a token's head groups
     side by side on axis 0 (``HEAD_GROUPS`` tells the kernel how many), under 64 (or with
@@ -1002,16 +1017,10 @@ def test_gluon_mla_wide_grid_and_latents(monkeypatch) -> None:
 
     if _sm90.gl is None:
         pytest.skip("this Triton has no Gluon")
-    grids = []
-    monkeypatch.setattr(mla_sm90, "launcher", lambda kernel, grid, **c: grids.append((grid, c["HEAD_GROUPS"])))
 
     def grid(tokens: int, heads: int, block_size: int, splits: int):
-        ql, qr = torch.empty(tokens, heads, 512, dtype=BF16), torch.empty(tokens, heads, 64, dtype=BF16)
-        cache, table = torch.empty(8, block_size, 576, dtype=BF16), torch.zeros(tokens, 4, dtype=torch.int32)
-        lens, qsl = torch.full((tokens,), 100, dtype=torch.int32), torch.arange(tokens + 1, dtype=torch.int32)
-        grids.clear()
-        mla_sm90._launcher(ql, qr, cache, table, lens, qsl, (0, 0, 0), (0, 0, 0), splits, 1.0, True, 0.1, True, 128)
-        return grids[-1]
+        got, constants = _wide_plan(monkeypatch, tokens, heads, torch.empty(8, block_size, 576, dtype=BF16), splits)
+        return got, constants["HEAD_GROUPS"]
 
     assert grid(64, 128, 64, 1) == ((128, 1, 1), 2)
     assert grid(3, 256, 128, 5) == ((12, 1, 5), 4)
@@ -1041,16 +1050,9 @@ def test_gluon_mla_wide_prefetch_choice(monkeypatch) -> None:
 
     if _sm90.gl is None:
         pytest.skip("this Triton has no Gluon")
-    seen = []
-    monkeypatch.setattr(mla_sm90, "launcher", lambda kernel, grid, **c: seen.append(c["PREFETCH"]))
 
     def prefetch(heads: int, cache: torch.Tensor) -> bool:
-        ql, qr = torch.empty(4, heads, 512, dtype=BF16), torch.empty(4, heads, 64, dtype=BF16)
-        table = torch.zeros(4, 4, dtype=torch.int32)
-        lens, qsl = torch.full((4,), 100, dtype=torch.int32), torch.arange(5, dtype=torch.int32)
-        seen.clear()
-        mla_sm90._launcher(ql, qr, cache, table, lens, qsl, (0, 0, 0), (0, 0, 0), 1, 1.0, True, 0.1, True, 128)
-        return seen[-1]
+        return _wide_plan(monkeypatch, 4, heads, cache)[1]["PREFETCH"]
 
     cache = torch.empty(8, 64, 576, dtype=BF16)
     assert prefetch(128, cache) and prefetch(256, cache) and prefetch(128, torch.empty(8, 128, 576, dtype=BF16))
