@@ -28,8 +28,8 @@ exp(m - m_1) + sum P_1``), added at the end. A producer warp issues the TMA copi
 ``min(BS, 64)`` rows x 64 columns a copy; a block id outside ``[0, NB)`` or a page past the
 sequence reads zeros from past the cache's last row); at two or more head groups it first asks
 L2 for the pair's two pages, one bulk prefetch a tile (``PREFETCH_MIN_GROUPS``). Tile 2i lives in
-stage 0 and 2i + 1 in stage 1; each stage has three chunk groups (left value chunks, right value chunks, rope) with a
-ready and an empty barrier each, and a group is refilled for the next pair as soon as its last
+stage 0 and 2i + 1 in stage 1; each stage has three chunk groups (left value chunks, right value
+chunks, rope) with a ready and an empty barrier each, and a group is refilled for the next pair as soon as its last
 reader is done with it, in that order: stage 1's rope (after the right's scores), stage 1's right
 chunks (after ``P_1 V_1R``), stage 0's left chunks (after ``P_0 V_0L``), stage 0's right chunks
 and rope (after ``P_0 V_0R``), stage 1's left chunks (after ``P_1 V_1L``); each warpgroup's scores
@@ -116,10 +116,11 @@ Layouts: q_latent/out ``[T, H, L]``, q_rope ``[T, H, R]`` (any strides, last one
 and ``[T, S, H]`` float32. Grid: (token x head group, 1, split) at block sizes >= 64, the head
 groups of a token side by side (``HEADS_FIRST``), else (token, head group, split); one program an
 item. Shared memory: Q ``64 x (L + R) x 2`` + ``2 x 64 x (L + R) x 2`` + P_1 ``64 x 64 x 2``
-bytes (216 KiB + 8 KiB at 576 columns): one program an SM; the two stages' [64, 64] chunks lie
-stage 0's latent chunks, stage 1's, then both rope chunks (``_slot``). Bytes moved: ``sum_t seq_len_t * G *
-(L + R) * cache_bytes`` (G head groups; the second group's reads mostly from L2) + ``T * H * (2L +
-R) * q_bytes`` (+ ``T * S * H * (L + 1) * 8`` for the partials, written and read once).
+bytes (216 KiB + 8 KiB at 576 columns): one program an SM; the two stages' [64, 64] chunks lie in
+this order: stage 0's latent chunks, stage 1's, then both rope chunks (``_slot``). Bytes moved:
+``sum_t seq_len_t * G * (L + R) * cache_bytes`` (G head groups; the second group's reads mostly
+from L2; the L2 prefetch asks for the same pages earlier, its DRAM bytes not measured) + ``T * H *
+(2L + R) * q_bytes`` (+ ``T * S * H * (L + 1) * 8`` for the partials, written and read once).
 """
 
 from __future__ import annotations
