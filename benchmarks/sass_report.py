@@ -26,6 +26,7 @@ tensors), and the cubin is read with the ``cuobjdump`` bundled with Triton. Colu
               key tile (the unmasked tiles' loop where a kernel has several); 0 if none
     URundef   instructions reading a uniform register no instruction wrote on some path
               (``sass_uniform_check.py``: a ptxas defect; must be 0)
+    pair      1 where the binary launches as pairs of CTAs (``_cluster.rewrite`` ran on its PTX)
 
 ``--sweeps`` compiles every candidate of ``tune.py``'s sweeps on its shape instead. These are the
 compiler's figures, not the hardware's: the Triton and ptxas of this machine decide them, which
@@ -212,7 +213,8 @@ def compile_launch(kernel, kwargs: dict, arch: int) -> dict:
     return dict(regs=field("REG"), stack=field("STACK"), LDL=count(r"\bLDL\b"), STL=count(r"\bSTL\b"),
                 smem=compiled.metadata.shared, HGMMA=count(r"\bHGMMA\."), HMMA=count(r"\bHMMA\."),
                 LDGSTS=count(r"\bLDGSTS\b"), LDS8=count(r"\bLDS\.U8\b"),
-                instrs=len(code), loop=min(mma_loops, default=0), URundef=len(sass_uniform_check.check(sass)))
+                instrs=len(code), loop=min(mma_loops, default=0), URundef=len(sass_uniform_check.check(sass)),
+                pair=int(".reqnctapercluster 2, 1, 1" in compiled.asm["ptx"]))
 
 
 def report(name: str, s, plan, args) -> list[dict]:

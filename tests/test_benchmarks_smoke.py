@@ -365,10 +365,11 @@ def test_sass_report_cpu(tmp_path):
 
 
 def test_sass_report_compiles_the_gluon_kernels_cpu(tmp_path):
-    """On sm_90 the 128-head MLA shape and the causal prefill shape plan the Gluon kernels, and
-    ``sass_report.py`` compiles them from their Gluon source with this machine's Triton (whose
-    Gluon API may differ from the GPU host's): wgmma instructions, shared memory within the 227
-    KiB a block may have."""
+    """On sm_90 the 128-head MLA shape, the 2-token 16-head one and the causal prefill shape plan
+    the Gluon kernels, and ``sass_report.py`` compiles them from their Gluon source with this
+    machine's Triton (whose Gluon API may differ from the GPU host's): wgmma instructions, shared
+    memory within the 227 KiB a block may have, the narrow kernel's fold as pairs of CTAs (its
+    PTX rewritten)."""
     import triton
 
     tools = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
@@ -377,17 +378,18 @@ def test_sass_report_compiles_the_gluon_kernels_cpu(tmp_path):
     pytest.importorskip("triton.experimental.gluon")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     result = subprocess.run(
-        [sys.executable, str(BENCH / "sass_report.py"), "--shapes", "B64_ctx4096_H128,prefill_B4_q2048",
+        [sys.executable, str(BENCH / "sass_report.py"), "--shapes", "B64_ctx4096_H128,mtp2_B64_ctx4096_H16,prefill_B4_q2048",
          "--out", str(tmp_path)],
         capture_output=True, text=True, env=env, timeout=900,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     rows = json.loads(next(tmp_path.glob("sass-sm90-*.json")).read_text())["rows"]
     by_kernel = {r["label"].split()[1]: r for r in rows}
-    assert set(by_kernel) == {"_mla_sm90_kernel", "_prefill_sm90_kernel"}, rows
+    assert set(by_kernel) == {"_mla_sm90_kernel", "_mla_narrow_kernel", "_prefill_sm90_kernel"}, rows
     for name, row in by_kernel.items():
         assert "error" not in row, (name, row.get("error"))
         assert row["HGMMA"] > 0 and 0 < row["smem"] <= 232448, (name, row)
+        assert row["pair"] == (name == "_mla_narrow_kernel"), (name, row)
 
 
 def test_serving_cpu(tmp_path):

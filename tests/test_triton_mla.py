@@ -888,15 +888,31 @@ def test_gluon_mla_narrow_planning(monkeypatch) -> None:
     rows a program (mla._narrow_query_block) where 32 would split at least 8 ways and at most 3
     programs then read a page (one token a program at 16 heads, 2 at 8 heads, 12 heads padded to
     16 rows; 4 tokens at 16 heads stay 2 a program), and on fp8 caches always; the Triton kernel
-    for 48 heads, 16 heads with the narrow kernel off, and batch-invariant mode."""
+    for 48 heads, 16 heads with the narrow kernel off, and batch-invariant mode. Where the default
+    plan splits two ways, pairs of CTAs instead (mla._fold): 16 rows a program always, 32 where
+    the pairs cover 90 % of the SMs; not on fp8 caches, mla_sm90_pair's programs or forced
+    splits."""
     plan = _narrow_planner(monkeypatch)
     p = plan(128, 1, 16, 4096)
-    assert p["block_q"] == 1 and p["split_tokens"] == tpa._NO_SPLIT and "workspace" not in p
+    assert p["block_q"] == 1 and p["split_tokens"] == tpa._NO_SPLIT and "workspace" not in p and not p["fold"]
     p = plan(32, 1, 16, 8192)
-    assert p["block_q"] == 1 and p["workspace"] is not None and p["split_tokens"] == 2048
+    assert p["block_q"] == 1 and p["workspace"] is not None and p["split_tokens"] == 2048 and not p.get("fold")
+    for options in ({}, {"max_query_len": 2}):
+        p = plan(64, 2, 16, 4096, **options)
+        assert p["block_q"] == 2 and p["fold"] and p["split_tokens"] == tpa._NO_SPLIT and "workspace" not in p
+    for seqs, per_seq, fold in ((60, 2, True), (56, 2, False), (48, 2, False), (48, 1, True), (45, 1, True)):
+        p = plan(seqs, per_seq, 16, 4096)  # two splits each
+        assert p.get("fold", False) == fold, (seqs, per_seq, p)
+        assert fold or p["workspace"].shapes[0][1] == 2, (seqs, per_seq, p)
+    assert not plan(64, 2, 16, 4096, split_tokens=2048).get("fold")
+    assert not plan(64, 2, 16, 4096, cache_dtype=torch.float8_e4m3fn).get("fold")
+    p = plan(64, 2, 16, 4096, block_size=16)  # mla_sm90_pair's programs, split two ways
+    assert p["pair"] and not p.get("fold") and p["workspace"].shapes[0][1] == 2
+    monkeypatch.setattr(tmla, "SM90_FOLD", False)
     for options in ({}, {"max_query_len": 2}):
         p = plan(64, 2, 16, 4096, **options)
         assert p["block_q"] == 2 and p["split_tokens"] == 2048, options
+    monkeypatch.setattr(tmla, "SM90_FOLD", True)
     # 32 rows would split 8 ways (16 programs) or more: 16 rows
     assert plan(16, 2, 16, 4096)["block_q"] == 1
     assert plan(1, 2, 16, 32768)["block_q"] == 1
@@ -960,8 +976,10 @@ def _narrow_planner(monkeypatch):
 def test_gluon_mla_partials_dtype(monkeypatch, in_query_dtype) -> None:
     """The narrow Gluon kernels' split-KV partial outputs are allocated in the query's dtype
     (``mla._NARROW_PARTIALS_IN_QUERY_DTYPE``; float32 with it off), their LSEs in float32; the
-    wide kernel's partials stay float32 (no launch, any machine)."""
+    wide kernel's partials stay float32 (no launch, any machine; the fold off, which runs 2 tokens
+    B64 x 4096 as pairs of CTAs without partials)."""
     monkeypatch.setattr(tmla, "_NARROW_PARTIALS_IN_QUERY_DTYPE", in_query_dtype)
+    monkeypatch.setattr(tmla, "SM90_FOLD", False)
     plan = _narrow_planner(monkeypatch)
     for seqs, per_seq, keys in ((64, 2, 4096), (32, 1, 8192), (32, 4, 4096)):
         p = plan(seqs, per_seq, 16, keys)
@@ -978,7 +996,8 @@ def test_gluon_mla_combine_blocking(monkeypatch) -> None:
     of latent 512 a program where that leaves a program for each of the 132 SMs (2 tokens B64 x
     4096 and 4 tokens B32 x 4096, pair kernel: four heads; 1 token B32 x 8192: two; B16 x 8192:
     one); the wide kernel's (B1 x 32768, 128 heads) one head a program, as before (no launch, any
-    machine)."""
+    machine; the fold off, which runs 2 tokens B64 x 4096 as pairs of CTAs without a combine)."""
+    monkeypatch.setattr(tmla, "SM90_FOLD", False)
     plan = _narrow_planner(monkeypatch)
     launched = recorded_combines(monkeypatch, tmla)
     for seqs, per_seq, keys, grid in ((64, 2, 4096, (128, 4, 1)), (32, 4, 4096, (128, 4, 1)),
@@ -1176,23 +1195,100 @@ _NARROW_CASES = [
 ]
 
 
+def fold_wherever(monkeypatch) -> None:
+    """``mla._fold``: the narrow kernel's pairs of CTAs wherever they may run (its own programs
+    over bf16/fp16 caches, the default plan), however many ways that plan splits."""
+    monkeypatch.setattr(tmla, "_fold", lambda kv, heads, block_q, programs, pair, splits: (
+        block_q >= 1 and not pair and kv.dtype not in FP8_DTYPES))
+
+
+def paired_binaries() -> list[bool]:
+    """For each binary of the narrow kernel this process compiled: whether it launches as pairs
+    of CTAs (its PTX rewritten by ``_cluster``)."""
+    from torch_paged_attn.lowering.triton import mla_sm90_narrow
+
+    return [".reqnctapercluster 2, 1, 1" in k.asm["ptx"]
+            for cache in mla_sm90_narrow._mla_narrow_kernel.device_caches.values() for k in cache[0].values()]
+
+
 @gpu_tier
-@pytest.mark.parametrize("sms", ["one_sm", "all_sms"])
+@pytest.mark.parametrize("sms", ["one_sm", "all_sms", "fold"])
 @pytest.mark.parametrize("case", _NARROW_CASES, ids=lambda c: c.id)
 def test_gluon_mla_narrow_cuda(case: Case, sms: str, gluon_mla, monkeypatch) -> None:
-    """The narrow kernel on each case, unsplit (one SM planned) and split as planned for this GPU
-    (merged by the combine kernel; the cached launcher in check mode), against the float64 loop."""
+    """The narrow kernel on each case, unsplit (one SM planned), split as planned for this GPU
+    (merged by the combine kernel) and as pairs of CTAs wherever they may run (each a half of the
+    keys; not on fp8 caches, mla_sm90_pair's programs or forced splits), the cached launcher in
+    check mode for the last two, against the float64 loop."""
     if sms == "one_sm":
         one_sm(monkeypatch)
     else:
         monkeypatch.setenv("TORCH_PAGED_ATTN_FAST_LAUNCH", "check")
+    if sms == "fold":
+        fold_wherever(monkeypatch)
     check_case(case, "cuda")
     assert gluon_mla and gluon_mla[-1].get("block_q", 0) >= 1, f"the narrow kernel did not run: {gluon_mla}"
-    splits = gluon_mla[-1].get("workspace") is not None
-    if case.split_tokens is not None or (sms == "all_sms" and max(case.kv_lens) > 256):
-        assert splits, gluon_mla[-1]
+    plan = gluon_mla[-1]
+    splits = plan.get("workspace") is not None
+    if sms == "fold":
+        fold = case.split_tokens is None and case.cache_dtype not in FP8_DTYPES and not plan["pair"]
+        assert plan.get("fold", False) == fold and (not fold or not splits), plan
+        if fold:
+            assert any(paired_binaries()), "no binary of the narrow kernel launches as pairs of CTAs"
+    elif case.split_tokens is not None or (sms == "all_sms" and max(case.kv_lens) > 256):
+        assert splits, plan
     elif sms == "one_sm":
-        assert not splits, gluon_mla[-1]
+        assert not splits, plan
+
+
+# The narrow kernel's pairs of CTAs beyond _NARROW_CASES (whose 32-row programs at block 16 run
+# mla_sm90_pair): 32 rows at block sizes 64 and 128 (2 tokens x 16 heads, causal or not; 4 x 8
+# with a sequence over two blocks), 1 and 2 tiles (rank 1 without keys, one each), lengths 0, 1
+# and a tile +- 1 at 16 rows, fp16, no LSE, padding tokens, strided cache and output, latent 256
+_FOLD_CASES = [
+    replace(_BASE, **_MTP, block_size=64),
+    replace(_BASE, **_MTP, block_size=128, causal=False, with_lse=False, pad_tokens=2),
+    replace(_BASE, q_lens=(4, 1, 4), kv_lens=(700, 64, 1300), num_heads=8, hint=True, block_size=64, dtype=FP16),
+    replace(_BASE, q_lens=(2, 2, 2, 2), kv_lens=(2, 63, 64, 65), block_size=64),
+    replace(_BASE, q_lens=(1, 1, 1, 1, 1, 1), kv_lens=(0, 1, 63, 64, 65, 129), block_size=64, pad_tokens=1),
+    replace(_BASE, **_MTP, block_size=64, strided=True),
+    replace(_BASE, **_MTP, num_heads=12, latent=256, rope=64, block_size=64),
+]
+
+
+@gpu_tier
+@pytest.mark.parametrize("case", _FOLD_CASES, ids=lambda c: c.id)
+def test_gluon_mla_fold_cuda(case: Case, gluon_mla, monkeypatch) -> None:
+    """The narrow kernel as pairs of CTAs (each a half of the keys, rank 1's state merged by rank
+    0) on each case, the cached launcher in check mode, against the float64 loop; its binary
+    launches as pairs."""
+    monkeypatch.setenv("TORCH_PAGED_ATTN_FAST_LAUNCH", "check")
+    fold_wherever(monkeypatch)
+    check_case(case, "cuda")
+    assert gluon_mla and gluon_mla[-1].get("fold") and not gluon_mla[-1]["pair"], gluon_mla
+    assert any(paired_binaries()), "no binary of the narrow kernel launches as pairs of CTAs"
+
+
+@gpu_tier
+def test_gluon_mla_fold_unpaired_cuda(gluon_mla, monkeypatch, tmp_path) -> None:
+    """A fold whose binary was compiled without the CTA-pair rewrite (another compile hook set
+    after the package's, a binary from a cache filled without it) runs on rank 0 alone: no pair
+    to wait for, every key on rank 0, the same result, against the float64 loop."""
+    import collections
+
+    from torch_paged_attn.lowering.triton import _cluster, mla_sm90, mla_sm90_narrow
+
+    kernel = mla_sm90_narrow._mla_narrow_kernel
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(kernel, "device_caches", collections.defaultdict(kernel.create_binder))
+    monkeypatch.setattr(kernel, _launch._ATTR, None, raising=False)  # (its binaries, kept on the kernel)
+    monkeypatch.setattr(mla_sm90, "_LAUNCHERS", {})
+    monkeypatch.setattr(_cluster, "rewrite", lambda ptx: ptx)
+    fold_wherever(monkeypatch)
+    for case in (replace(_BASE, **_MTP, block_size=64), replace(_BASE, pad_tokens=2, with_lse=False, block_size=64)):
+        gluon_mla.clear()
+        check_case(case, "cuda")
+        assert gluon_mla and gluon_mla[-1].get("fold"), gluon_mla
+    assert paired_binaries() and not any(paired_binaries())
 
 
 @gpu_tier
@@ -1205,6 +1301,17 @@ def test_gluon_mla_narrow_fuzz_cuda(family: int, gluon_mla, monkeypatch) -> None
     with or without the LSE; half the families planned on one SM (unsplit), half for this GPU or
     with forced splits of 64-256 keys; against the float64 loop."""
     check_gluon_fuzz_family(500000, family, (1, 4, 8, 12, 16, 16, 32), gluon_mla, monkeypatch, narrow=True)
+
+
+@gpu_tier
+@pytest.mark.fuzz
+@pytest.mark.parametrize("family", range(12))
+def test_gluon_mla_narrow_fold_fuzz_cuda(family: int, gluon_mla, monkeypatch) -> None:
+    """300 configurations as the narrow fuzz draws them (seeds 700000 + 25 f ..) with the narrow
+    kernel's pairs of CTAs wherever they may run (bf16/fp16 caches, not mla_sm90_pair's programs
+    or forced splits)."""
+    fold_wherever(monkeypatch)
+    check_gluon_fuzz_family(700000, family, (1, 4, 8, 12, 16, 16, 32), gluon_mla, monkeypatch, narrow=True)
 
 
 @gpu_tier

@@ -196,6 +196,19 @@ SM90_NARROW = True
 # this module's kernel 200.3), B32 x 8192 H16 74.3 (100.3, 107.2), 2 tokens B64 x 4096 H16 on the
 # narrow path 137.0 (198.4).
 SM90_FP8 = True
+# Narrow-kernel calls over bf16/fp16 caches that the default plan splits exactly two ways run as
+# pairs of CTAs instead (``mla_sm90_narrow``'s fold, ``_cluster``): rank 0 a query block's first
+# half of the keys, rank 1 the rest, rank 1's state handed to rank 0 through out / lse and a
+# remote mbarrier arrive, rank 0 merging it; no partials, no combine kernel. With 32 rows a
+# program only where the pairs cover at least _FOLD_MIN_COVER of the SMs. H100, 2026-11-28,
+# CUDA-graph replays, us, three rounds, split with the combine kernel / fold
+# (benchmarks/results/gpu-2026-11-28b/logs/call3-4, probe_cluster.py): 2 tokens H16 (32 rows) B64 x
+# 4096 116.2-117.9 / 115.0-115.3, B64 x 8192 217.1-217.6 / 213.7-213.9, B60 x 4096 110.4-110.8 /
+# 108.8-109.3, but B56 103.8-105.1 / 104.9-107.1 and B48 100.9-101.1 / 106.1-106.2; 1 token
+# (16 rows) B64 x 4096 110.1-110.5 / 110.0-110.2, B60 106.2-106.7 / 105.5-105.7, B56 100.3-101.0 /
+# 99.8-99.9, B48 86.8-87.1 / 85.7-86.0.
+SM90_FOLD = True
+_FOLD_MIN_COVER = 0.9
 # Narrow-kernel calls of 17-32 query rows a program over bf16/fp16 caches (speculative tokens at
 # 16 heads, 17-32 heads) run ``mla_sm90_pair`` (each tile's scores by one warpgroup for all rows,
 # the values split by latent columns) instead of the narrow kernel's two warpgroups on the same
@@ -570,6 +583,7 @@ def prepare_mla_decode(
             gluon = None
         if gluon is not None:
             block_q, programs, split_multiple = gluon
+            forced = split_tokens is not None
             # split like the Triton kernel (one program per SM: 164-230 KB of shared memory each)
             split_tokens, num_splits, write_partial = _plan_splits(
                 q_latent.device, programs, 1, max_blocks * block_size, split_multiple,
@@ -589,9 +603,10 @@ def prepare_mla_decode(
             # 17.2-17.6 / 17.0. The wide kernel signalling after its key loop: B1 x 32768 H128 49.3 /
             # 48.7 us against 43.2 without PDL, B4 x 16384 58.4 / 58.0 (gpu-2026-11-26c/logs/pdl-probe.txt).
             pdl = block_q > 0 and use_pdl(q_latent.device)
-            if num_splits == 1:
+            fold = not forced and _fold(kv_cache, heads, block_q, programs, pair, num_splits)
+            if num_splits == 1 or fold:
                 return mla_sm90.prepare(scale=scale, causal=causal, split_tokens=_NO_SPLIT, call=call, block_q=block_q,
-                                        pdl=pdl, pair=pair)
+                                        pdl=pdl, pair=pair, fold=fold)
             if write_partial:
                 narrow_partials = block_q > 0 and _NARROW_PARTIALS_IN_QUERY_DTYPE
                 workspace = _Workspace(True, num_tokens, num_splits, num_heads, latent, q_latent.device,
@@ -707,6 +722,19 @@ def _pair(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_q: int, num_
         return False
     per_seq = _tokens_per_seq(num_tokens, num_seqs, max_query_len)
     return kv_cache.shape[1] < mla_sm90_narrow.TILE_N or block_q == 1 or cdiv(per_seq, block_q) > 1
+
+
+def _fold(kv_cache: Tensor, heads: int, block_q: int, programs: int, pair: bool, num_splits: int) -> bool:
+    """Whether a narrow-kernel call that the default plan splits ``num_splits`` ways runs as pairs
+    of CTAs (the comment above ``SM90_FOLD``), from shapes only (``programs``: its busy query
+    blocks)."""
+    from . import mla_sm90_narrow
+    from .paged_attention import _num_sms
+
+    if not SM90_FOLD or num_splits != 2 or block_q < 1 or pair or kv_cache.dtype in _FP8:
+        return False
+    rows = mla_sm90_narrow.rows(heads, block_q)
+    return rows <= 16 or 2 * programs >= _FOLD_MIN_COVER * _num_sms(kv_cache.device)
 
 
 def _narrow_query_block(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, heads: int, num_tokens: int,

@@ -739,10 +739,12 @@ if gluon is not None:
 
 def launch(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: Tensor, seq_lens: Tensor,
            query_start_loc: Tensor, out: Tensor, lse: Tensor | None, scale: float, causal: bool,
-           split_tokens: int, block_q: int = 0, kv_scale: Tensor | None = None, pair: bool = False) -> None:
+           split_tokens: int, block_q: int = 0, kv_scale: Tensor | None = None, pair: bool = False,
+           fold: bool = False) -> None:
     """One launch: grid (tokens, head groups of 64, splits), or with ``block_q`` >= 1 the narrow
     kernel's (``mla_sm90_narrow``: ``block_q`` query tokens x all heads a program; ``kv_scale``
-    the scale of an fp8 cache; ``pair``: ``mla_sm90_pair`` instead, which must take the call).
+    the scale of an fp8 cache; ``pair``: ``mla_sm90_pair`` instead, which must take the call;
+    ``fold``: the narrow kernel's pairs of CTAs, each a half of the keys, which need ``lse``).
     ``out`` [T, H, L] and ``lse`` [T, H] (natural log; may be None) take the attention itself;
     4-D ``out`` [T, S, H, L] and 3-D ``lse`` [T, S, H] (float32) take the partial state of each split of
     ``split_tokens`` keys (a multiple of the tile; ``out`` normalised, ``lse`` in log2) for
@@ -751,10 +753,10 @@ def launch(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: Tens
     so, sl, num_splits, lse_unit = _out_strides(out, lse)
     key = (q_latent.shape, q_latent.stride(), q_rope.shape, q_rope.stride(), kv_cache.shape, kv_cache.dtype,
            block_table.shape, block_table.stride(), seq_lens.stride(0), query_start_loc.stride(0), so, sl,
-           num_splits, lse_unit, lse is not None, float(scale), bool(causal), split_tokens, block_q, pair)
+           num_splits, lse_unit, lse is not None, float(scale), bool(causal), split_tokens, block_q, pair, fold)
     go = _sm90.kept_launcher(_LAUNCHERS, key, lambda: _launcher(
         q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, so, sl, num_splits, lse_unit,
-        lse is not None, scale, causal, split_tokens, block_q, pair=pair))
+        lse is not None, scale, causal, split_tokens, block_q, pair=pair, fold=fold))
     _go(go, block_q, q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, kv_scale)
 
 
@@ -786,11 +788,13 @@ def _out_strides(out: Tensor, lse: Tensor | None) -> tuple[tuple, tuple, int, fl
 
 def _launcher(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: Tensor, seq_lens: Tensor,
               query_start_loc: Tensor, so: tuple, sl: tuple, num_splits: int, lse_unit: float, has_lse: bool,
-              scale: float, causal: bool, split_tokens: int, block_q: int = 0, pdl: bool = False, pair: bool = False):
+              scale: float, causal: bool, split_tokens: int, block_q: int = 0, pdl: bool = False, pair: bool = False,
+              fold: bool = False):
     """The kernel's ``_launch.launcher`` for calls of these shapes and strides (``block_q`` >= 1:
     the narrow kernel's, with its ``mla_sm90_narrow.constants``, or ``mla_sm90_fp8``'s where
     ``mla.SM90_FP8`` and it takes the call, or with ``pair`` ``mla_sm90_pair``'s, launched with
-    programmatic dependent launch when ``pdl``), writing into an ``out`` / ``lse`` of strides
+    programmatic dependent launch when ``pdl``; ``fold``: the narrow kernel's pairs of CTAs, unsplit
+    and with an LSE), writing into an ``out`` / ``lse`` of strides
     ``so`` / ``sl`` (token, split, head) as ``_out_strides`` gives them, with its ``num_splits`` and ``lse_unit``:
     every argument but the tensors fixed, the cache's TMA descriptor encoded once per cache address
     (``_sm90.descriptor_spec``). ``go(q_latent, q_latent_ptr=, q_rope_ptr=, kv_desc=kv_cache,
@@ -804,9 +808,11 @@ def _launcher(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: T
         from . import mla, mla_sm90_fp8, mla_sm90_pair
         from . import mla_sm90_narrow as narrow
 
-        grid = (narrow.grid_blocks(num_tokens, num_seqs, block_q), 1, num_splits)
+        grid = (narrow.grid_blocks(num_tokens, num_seqs, block_q, fold), 1, num_splits)
         fp8 = kv_cache.dtype in _FP8
-        if mla.SM90_FP8 and mla_sm90_fp8.declines(q_latent, kv_cache, block_q) is None:
+        if fold and (pair or num_splits != 1 or not has_lse):
+            raise ValueError("the narrow kernel's fold is unsplit, with an LSE, and not mla_sm90_pair's")
+        if mla.SM90_FP8 and mla_sm90_fp8.declines(q_latent, kv_cache, block_q) is None and not fold:
             kernel, own = mla_sm90_fp8._mla_fp8_kernel, mla_sm90_fp8.constants(num_heads, block_q, pdl)
         elif pair:
             reason = mla_sm90_pair.declines(q_latent, q_rope, kv_cache, block_q)
@@ -814,7 +820,7 @@ def _launcher(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: T
                 raise ValueError(f"mla_sm90_pair does not take this call: {reason}")
             kernel, own = mla_sm90_pair._mla_pair_kernel, mla_sm90_pair.constants(num_heads, block_q, pdl)
         else:
-            kernel, own = narrow._mla_narrow_kernel, narrow.constants(num_heads, block_q, pdl, latent, fp8)
+            kernel, own = narrow._mla_narrow_kernel, narrow.constants(num_heads, block_q, pdl, latent, fp8, fold)
         if not fp8:
             own["kv_scale_ptr"] = same_as("q_latent_ptr")
     else:
@@ -841,28 +847,31 @@ def _launcher(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: T
 @torch.library.custom_op("paged_attn::_mla_sm90", mutates_args=("out", "lse"))
 def _mla_sm90(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: Tensor, seq_lens: Tensor,
               query_start_loc: Tensor, out: Tensor, lse: Tensor | None, scale: float, causal: bool,
-              split_tokens: int, block_q: int, kv_scale: Tensor | None, pair: bool) -> None:
+              split_tokens: int, block_q: int, kv_scale: Tensor | None, pair: bool, fold: bool) -> None:
     """This kernel (``block_q`` >= 1: the narrow one, ``kv_scale`` an fp8 cache's scale; ``pair``:
-    ``mla_sm90_pair``) into ``out`` and, when given, ``lse`` (``launch``): an opaque op, so that
+    ``mla_sm90_pair``; ``fold``: the narrow one's pairs of CTAs) into ``out`` and, when given,
+    ``lse`` (``launch``): an opaque op, so that
     Inductor, tracing the public op's body, sees one extern call (a Gluon kernel with a TMA
     descriptor is not one ``wrap_triton`` launches)."""
     if q_latent.shape[0] == 0:
         return
     launch(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, scale, causal, split_tokens,
-           block_q, kv_scale, pair)
+           block_q, kv_scale, pair, fold)
 
 
 @_mla_sm90.register_fake
 def _(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, scale, causal, split_tokens,
-      block_q, kv_scale, pair):
+      block_q, kv_scale, pair, fold):
     return None
 
 
 def prepare(*, scale: float, causal: bool, split_tokens: int, call: tuple, workspace=None, combine=None,
-            block_q: int = 0, pdl: bool = False, pair: bool = False):
+            block_q: int = 0, pdl: bool = False, pair: bool = False, fold: bool = False):
     """The runner of this kernel (``block_q`` >= 1: ``mla_sm90_narrow``'s, with ``pair``
     ``mla_sm90_pair``'s, ``block_q`` query tokens a program, launched with programmatic dependent
-    launch when ``pdl``: ``paged_attention.pdl_options``) for calls shaped like ``call``
+    launch when ``pdl``: ``paged_attention.pdl_options``; ``fold``: the narrow kernel's pairs of
+    CTAs, each a half of the keys, merged by rank 0, with an LSE of its own where the call passes
+    none) for calls shaped like ``call``
     (``q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse``;
     ``mla.prepare_mla_decode`` documents the runner). With a ``workspace``
     (``paged_attention._Workspace``), the keys are split at multiples of ``split_tokens`` into its
@@ -879,6 +888,9 @@ def prepare(*, scale: float, causal: bool, split_tokens: int, call: tuple, works
 
     scale, causal = float(scale), bool(causal)
     q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse = call
+    fold_lse = fold and lse is None  # (the fold's rank 1 leaves its LSE there for rank 0)
+    if fold_lse:
+        lse = torch.empty(out.shape[:2], dtype=torch.float32, device="meta")
     if workspace is None:
         so, sl, num_splits, lse_unit = _out_strides(out, lse)
         has_lse = lse is not None
@@ -886,7 +898,7 @@ def prepare(*, scale: float, causal: bool, split_tokens: int, call: tuple, works
         so, sl, num_splits, lse_unit = workspace.po_strides, (*workspace.pl_strides, 1), workspace.shapes[0][1], 1.0
         has_lse = True
     go = _launcher(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, so, sl, num_splits, lse_unit,
-                   has_lse, scale, causal, split_tokens, block_q, pdl, pair)
+                   has_lse, scale, causal, split_tokens, block_q, pdl, pair, fold)
     fp8 = kv_cache.dtype in _FP8  # (the narrow kernels' fp8 caches)
 
     def attend(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, kv_scale):
@@ -894,10 +906,12 @@ def prepare(*, scale: float, causal: bool, split_tokens: int, call: tuple, works
             _go(go, block_q, q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, kv_scale)
         else:
             torch.ops.paged_attn._mla_sm90(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc,
-                                           out, lse, scale, causal, split_tokens, block_q, kv_scale, pair)
+                                           out, lse, scale, causal, split_tokens, block_q, kv_scale, pair, fold)
 
     def run(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, options):
         kv_scale = options["kv_scale"] if fp8 else None
+        if fold_lse:
+            lse = torch.empty(out.shape[:2], dtype=torch.float32, device=out.device)
         if workspace is None:
             attend(q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse, kv_scale)
             return

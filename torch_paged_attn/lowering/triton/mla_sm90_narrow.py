@@ -87,6 +87,7 @@ try:  # Gluon ships with Triton >= 3.5
         fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_wait,
     )
 
+    from ._cluster import cluster_fence, cluster_pair, cluster_sync, install
     from ._sm90 import thread_barrier, tma_load
     from .mla_sm90 import (
         _block_id, _block_row, _finite, _page_row, _rings9, _signal_dependents, _token_sequence, _wait_prerequisites,
@@ -143,6 +144,7 @@ def declines(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_q: int) -
 
 
 if gluon is not None:
+    install()  # the fold's pairs of CTAs: _cluster.rewrite on every compile of this process
     _TILE = gl.constexpr(TILE_N)
     _LOG2E = gl.constexpr(LOG2E)
     # Programs of at most this many rows issue their query loads before their first tiles' copies,
@@ -305,6 +307,52 @@ if gluon is not None:
             gl.store(lse_ptr + tok_c * stride_lse_tok + (r_c % HEADS) * stride_lse_head, lse, mask=row_ok)
 
     @gluon.jit
+    def _part(c: gl.constexpr, out_ptr, cols, ok, VCH: gl.constexpr, acc_layout: gl.constexpr):
+        """Latent chunk ``c`` of a fold's rank 1 normalised O^T, read from ``out`` in the
+        accumulator's layout (``cols``: the rows' offsets; a chunk past the latent repeats one)."""
+        i = gl.arange(0, _TILE, layout=gl.SliceLayout(1, acc_layout)) + (c % VCH) * 64
+        return gl.load(out_ptr + cols + gl.expand_dims(i, 1), mask=ok, other=0.0)
+
+    @gluon.jit
+    def _fold(o, c: gl.constexpr, a, w, part, VCH: gl.constexpr):
+        """Latent chunk ``c`` of rank 0's O^T scaled by ``a``, plus rank 1's ``part`` times ``w``."""
+        if c < VCH:
+            o = o * a + part.to(gl.float32) * w
+        return o
+
+    @gluon.jit
+    def _merge_pair(out_ptr, lse_ptr, m_i, l_i, o0, o1, o2, o3, o4, o5, o6, o7, r_c, t_c, q_start, q_block_start,
+                    q_len, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head, HEADS: gl.constexpr,
+                    BLOCK_Q: gl.constexpr, VCH: gl.constexpr, acc_layout: gl.constexpr):
+        """A fold's rank 0 state ``(m, l, O^T)`` merged with rank 1's, which ``out`` (normalised O)
+        and ``lse`` (log2) hold for the block's rows: ``(m, l, O^T)`` of both halves' keys."""
+        row_ok = (t_c < BLOCK_Q) & (q_block_start + t_c < q_len)
+        tok_c = (q_start + q_block_start + t_c).to(gl.int64)
+        lse1 = gl.load(lse_ptr + tok_c * stride_lse_tok + (r_c % HEADS) * stride_lse_head, mask=row_ok,
+                       other=float("-inf"))
+        cols = gl.expand_dims(tok_c * stride_o_tok + (r_c % HEADS) * stride_o_head, 0)
+        ok = gl.expand_dims(row_ok, 0)
+        # every load issued before any is used: one L2 round trip, not eight
+        p0 = _part(0, out_ptr, cols, ok, VCH, acc_layout)
+        p1 = _part(1, out_ptr, cols, ok, VCH, acc_layout)
+        p2 = _part(2, out_ptr, cols, ok, VCH, acc_layout)
+        p3 = _part(3, out_ptr, cols, ok, VCH, acc_layout)
+        p4 = _part(4, out_ptr, cols, ok, VCH, acc_layout)
+        p5 = _part(5, out_ptr, cols, ok, VCH, acc_layout)
+        p6 = _part(6, out_ptr, cols, ok, VCH, acc_layout)
+        p7 = _part(7, out_ptr, cols, ok, VCH, acc_layout)
+        m_new = gl.maximum(m_i, lse1)
+        m_ref = _finite(m_new)
+        a = gl.exp2(m_i - m_ref)
+        w = gl.exp2(lse1 - m_ref)  # rank 1's l, scaled
+        l_new = l_i * a + w
+        a = gl.expand_dims(a, 0)
+        w = gl.expand_dims(w, 0)
+        return (m_new, l_new, _fold(o0, 0, a, w, p0, VCH), _fold(o1, 1, a, w, p1, VCH), _fold(o2, 2, a, w, p2, VCH),
+                _fold(o3, 3, a, w, p3, VCH), _fold(o4, 4, a, w, p4, VCH), _fold(o5, 5, a, w, p5, VCH),
+                _fold(o6, 6, a, w, p6, VCH), _fold(o7, 7, a, w, p7, VCH))
+
+    @gluon.jit
     def _program(pid_q, split, block_table_ptr, seq_lens_ptr, query_start_loc_ptr, num_tokens, num_seqs, max_blocks,
                  split_tokens, stride_bt_seq, stride_sl, stride_qsl, BLOCK_Q: gl.constexpr, BLOCK_SIZE: gl.constexpr,
                  CAUSAL: gl.constexpr):
@@ -419,7 +467,7 @@ if gluon is not None:
         HEADS: gl.constexpr, BLOCK_Q: gl.constexpr, ROWS: gl.constexpr,
         LATENT: gl.constexpr, BLOCK_SIZE: gl.constexpr, BOX: gl.constexpr,
         CAUSAL: gl.constexpr, HAS_LSE: gl.constexpr, LSE_UNIT: gl.constexpr, USE_PDL: gl.constexpr,
-        WARPS: gl.constexpr, STAGES: gl.constexpr,
+        WARPS: gl.constexpr, STAGES: gl.constexpr, FOLD: gl.constexpr,
     ):
         CHUNKS: gl.constexpr = LATENT // 64 + 1
         VCH: gl.constexpr = LATENT // 64
@@ -435,7 +483,10 @@ if gluon is not None:
         key_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)  # [64]: the tile's keys
         if USE_PDL:  # launched with programmatic dependent launch: nothing is read before this
             _wait_prerequisites()
-        pid_q = gl.program_id(0)
+        if FOLD:  # a pair of CTAs a query block (_cluster): CTA 2k + r is rank r of block k
+            pid_q = gl.program_id(0) // 2
+        else:
+            pid_q = gl.program_id(0)
         split = gl.program_id(2)
         out_ptr += split.to(gl.int64) * stride_o_split
         lse_ptr += split.to(gl.int64) * stride_lse_split
@@ -445,6 +496,16 @@ if gluon is not None:
             split_tokens, stride_bt_seq, stride_sl, stride_qsl, BLOCK_Q, BLOCK_SIZE, CAUSAL)
         if skip:
             return
+        if FOLD:
+            # rank 0 the first half of the tiles, rank 1 the rest; rank 0 alone all of them where
+            # the binary was not rewritten into pairs (_cluster)
+            paired = cluster_pair(pid_q)
+            rank = gl.program_id(0) % 2
+            if (rank == 1) & (paired == 0):
+                return
+            half = gl.where(paired != 0, (n_tiles + 1) // 2, n_tiles)
+            key_lo = key_lo + rank * half * _TILE
+            n_tiles = gl.where(rank == 0, half, n_tiles - half)
 
         q_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
         P_SWIZZLE: gl.constexpr = ROWS * 2 if ROWS * 2 <= 128 else 128
@@ -459,6 +520,9 @@ if gluon is not None:
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(STAGES):
             mbarrier.init(ready.index(i), count=1)
+        if FOLD:  # rank 1's arrival: its state is in out and lse
+            done = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+            mbarrier.init(done.index(0), count=1)
         fence_async_shared()
         # -- Q [ROWS, L + R] into shared memory: row r is token r // HEADS, head r % HEADS; its loads
         # go out before the first tiles' copies or after them (_QUERIES_FIRST) --
@@ -487,6 +551,8 @@ if gluon is not None:
             qs[c].index(0).store(q)
         fence_async_shared()
         thread_barrier()
+        if FOLD:  # (after the queries' loads: rank 1 writes its state where out may be the queries)
+            cluster_sync(pid_q)
 
         # -- the query rows as the products' columns --
         r_c = gl.arange(0, ROWS, layout=col_layout)
@@ -557,6 +623,25 @@ if gluon is not None:
         if USE_PDL:  # the key loop is done: the kernel after it (a split call's combine) may launch
             _signal_dependents()
 
+        # -- a fold: rank 1's state to out / lse (log2), then rank 0's arrival; rank 0 merges it --
+        if FOLD:
+            if gl.program_id(0) % 2 == 1:
+                _write(out_ptr, lse_ptr, o0, o1, o2, o3, o4, o5, o6, o7, m_i, l_i, 1.0, r_c, t_c, q_start,
+                       q_block_start, q_len, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head, HEADS,
+                       BLOCK_Q, ROWS, VCH, False, True, 1.0, WARPS)
+                cluster_fence(pid_q)
+                thread_barrier()
+                mbarrier.arrive(done.index(0))  # rank 0's barrier (_cluster.rewrite)
+                return
+            if cluster_pair(pid_q) != 0:
+                mbarrier.wait(done.index(0), 0)
+                cluster_fence(pid_q)
+                m_i, l_i, o0, o1, o2, o3, o4, o5, o6, o7 = _merge_pair(
+                    out_ptr, lse_ptr, m_i, l_i, o0, o1, o2, o3, o4, o5, o6, o7, r_c, t_c, q_start, q_block_start,
+                    q_len, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head, HEADS, BLOCK_Q, VCH,
+                    acc_layout)
+                thread_barrier()  # every thread has read rank 1's rows before any is overwritten
+
         # -- epilogue: O / l and lse = (m + log2 l) * LSE_UNIT, row r to (token, head) --
         if IS_FP8:
             out_scale = kv_scale
@@ -566,17 +651,21 @@ if gluon is not None:
                q_len, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head, HEADS, BLOCK_Q, ROWS, VCH,
                IS_FP8 and LSE_UNIT != 1.0, HAS_LSE, LSE_UNIT, WARPS)
 
-def grid_blocks(num_tokens: int, num_seqs: int, block_q: int) -> int:
+def grid_blocks(num_tokens: int, num_seqs: int, block_q: int, fold: bool = False) -> int:
     """Programs along grid axis 0 (query blocks): one a token for ``block_q`` 1, else
-    ``_attention_kernel``'s numbering (``T // block_q + B + 1``)."""
-    return num_tokens if block_q == 1 else num_tokens // block_q + num_seqs + 1
+    ``_attention_kernel``'s numbering (``T // block_q + B + 1``); two a block for ``fold``."""
+    blocks = num_tokens if block_q == 1 else num_tokens // block_q + num_seqs + 1
+    return 2 * blocks if fold else blocks
 
 
-def constants(num_heads: int, block_q: int, pdl: bool, latent: int, fp8: bool) -> dict:
+def constants(num_heads: int, block_q: int, pdl: bool, latent: int, fp8: bool, fold: bool = False) -> dict:
     """This kernel's own launch constants (``mla_sm90._launcher`` gives the rest, as to the wide
     kernel) for ``block_q`` query tokens a program; ``pdl``: launched with programmatic dependent
     launch (``paged_attention.pdl_options``: the kernel's first instruction waits for the kernels
-    ahead of it, and it signals after its key loop); ``fp8``: an fp8 cache."""
+    ahead of it, and it signals after its key loop); ``fp8``: an fp8 cache; ``fold``: a pair of
+    CTAs a query block (bf16/fp16 caches; the grid of ``grid_blocks(..., fold=True)``)."""
+    if fold and fp8:
+        raise ValueError("the narrow kernel's fold takes bf16/fp16 caches")
     n = rows(num_heads, block_q)
     return dict(HEADS=num_heads, BLOCK_Q=block_q, ROWS=n, WARPS=num_warps(n), STAGES=stages(n, latent, fp8),
-                num_warps=num_warps(n), **pdl_options(pdl))
+                FOLD=fold, num_warps=num_warps(n), **pdl_options(pdl))
