@@ -262,6 +262,27 @@ def test_hooks_and_debug_disable_the_cached_path(monkeypatch) -> None:
     assert not fast.idle()
 
 
+def test_stage_hooks_and_the_cached_path(monkeypatch) -> None:
+    """A compile stage hook keeps launches off the cached path, except the package's own
+    (``_cluster.install``, PTX of marked kernels only) with no other hook chained behind it."""
+    from triton import knobs
+
+    from torch_paged_attn.lowering.triton import _cluster
+
+    fast = _launch.FastLauncher(_jit(), current_device=lambda: 0, current_stream=lambda d: 0)
+
+    def foreign(*args):
+        return ("k", "h") if not args else None
+
+    for before, idle in ((None, True), (foreign, False)):
+        monkeypatch.setattr(knobs.runtime, "add_stages_inspection_hook", before)
+        assert fast.idle() == (before is None)
+        _cluster.install()
+        assert fast.idle() == idle, before
+    monkeypatch.setattr(knobs.runtime, "add_stages_inspection_hook", foreign)
+    assert not fast.idle()
+
+
 def test_which_calls_may_take_the_cached_path(monkeypatch) -> None:
     kernel = _jit()
     # CPU tensors: the kernel's own launcher

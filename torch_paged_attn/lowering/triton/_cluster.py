@@ -63,7 +63,7 @@ def _hook(previous):
         if "ptx" in stages:
             make = stages["ptx"]
             stages["ptx"] = lambda src, metadata: rewrite(make(src, metadata))
-    hook.tpa_cluster_pair = True
+    hook.tpa_cluster_pair, hook.tpa_previous = True, previous  # (_launch.FastLauncher.idle reads both)
     return hook
 
 

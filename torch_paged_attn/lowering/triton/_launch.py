@@ -170,7 +170,10 @@ class FastLauncher:
 
     def idle(self) -> bool:
         """True while Triton attaches nothing to a launch: no launch hooks, no pre-run hooks, no
-        debug or instrumentation mode, no pipeline-inspection hook (all read by JITFunction.run)."""
+        debug or instrumentation mode, no pipeline-inspection hook (all read by JITFunction.run)
+        but the package's own (``_cluster.install``) with nothing chained behind it, which changes
+        only the PTX of the kernels that carry its marker, and so which binary a key compiles to,
+        not which one it runs (the cached path runs the binary ``JITFunction.run`` compiled)."""
         knobs, kernel = self.knobs, self.kernel
         runtime = knobs.runtime
         if kernel.pre_run_hooks or runtime.debug or kernel.debug or knobs.compilation.instrumentation_mode:
@@ -181,7 +184,8 @@ class FastLauncher:
             return False
         if exit is not None and (exit.calls if type(exit) is _HookChain else True):
             return False
-        return getattr(runtime, "add_stages_inspection_hook", None) is None
+        stages = getattr(runtime, "add_stages_inspection_hook", None)
+        return stages is None or (getattr(stages, "tpa_cluster_pair", False) and stages.tpa_previous is None)
 
     def bind(self, grid, check: bool = False) -> Callable:
         """``kernel[grid]``'s equivalent: a callable taking the kernel's arguments by keyword."""
