@@ -1527,6 +1527,31 @@ def test_gluon_mla_reads_inputs_written_just_before_cuda(kind: str, sms: str, gl
 
 
 @gpu_tier
+def test_gluon_mla_fold_graph_and_compile_cuda(gluon_mla, monkeypatch) -> None:
+    """The narrow kernel's pairs of CTAs captured once under sync-debug "error" and replayed on
+    new lengths (the pair compiled into the binary, so the graph launches it as pairs); the public
+    op under torch.compile(fullgraph=True) gives the eager bits."""
+    from torch._inductor.utils import fresh_inductor_cache
+
+    fold_wherever(monkeypatch)
+
+    def ran() -> None:
+        assert gluon_mla and gluon_mla[-1].get("fold"), gluon_mla
+
+    static = check_graph_replays(replace(_BASE, block_size=64), ran)
+
+    def public(ql, qr, kv, bt, sl, qsl):
+        return torch_paged_attn.mla_decode(ql, qr, kv, bt, sl, qsl, scale=static.scale)
+
+    eager = public(*static.args())
+    torch._dynamo.reset()
+    with fresh_inductor_cache():
+        compiled = torch.compile(public, fullgraph=True)(*static.args())
+    assert torch.equal(eager[0], compiled[0]) and torch.equal(eager[1], compiled[1])
+    assert any(paired_binaries())
+
+
+@gpu_tier
 @pytest.mark.parametrize("heads", [128, 16])
 @pytest.mark.parametrize("sms", ["one_sm", "all_sms"])
 def test_gluon_mla_graph_and_compile_cuda(sms: str, heads: int, gluon_mla, monkeypatch) -> None:

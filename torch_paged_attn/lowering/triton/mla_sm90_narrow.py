@@ -45,6 +45,17 @@ and log2 LSE (0 and -inf for no keys) for ``mla``'s combine kernel. The last spl
 block merging them itself instead (a counter a block) measured slower on every split shape but 2
 tokens B64 x 4096 H16 (0.8 % faster there; H100, benchmarks/RESULTS.md, eleventh run).
 
+Fold (``FOLD``, bf16/fp16 caches, unsplit, with an LSE; ``mla._fold`` plans it where the default
+plan splits two ways): two CTAs a query block, launched as a pair (``_cluster``: CTA ``2k + r``
+is rank r of block k). Rank 0 takes the first ``ceil(n / 2)`` of the block's n tiles, rank 1
+the rest; rank 1 writes its normalised output and log2 LSE into ``out`` / ``lse`` (its rows
+only, after both CTAs have read their queries: ``out`` may be the queries), then arrives on rank
+0's barrier (a release at cluster scope, ``fence.acq_rel.cluster`` before it); rank 0 waits,
+reads them back (L2) and merges them into its own state before its epilogue. No partials, no
+combine kernel: 2 tokens B64 x 4096 H16 113.7-114.7 us against 115.8-116.3 for FlashInfer in
+the same runs (H100, 2026-11-28, benchmarks/RESULTS.md, twenty-second run). A binary the rewrite
+did not reach (``_cluster.cluster_pair`` 0) runs every tile on rank 0 and returns rank 1 at once.
+
 Buffers: each 64-column chunk of the stages, of the fp16 operand tile and of Q is its own
 allocation (``mla_sm90._rings9``). Triton's barrier analysis tells shared memory apart by
 allocation only: into one buffer each chunk's store waited at a barrier for the chunk before it,
@@ -69,7 +80,7 @@ bytes: 164 KiB at 576 columns and 16 rows, one program an SM; fp8: ``STAGES x 64
 fp16 tile ``64 x (L + R) x 2`` + Q + P (220 KiB at 32 rows, three stages); below latent 512 each
 unused chunk buffer is a 1 KiB stand-in (``mla_sm90._ring``). Bytes moved: ``sum_b kv_b * (L +
 R) * cache_bytes`` (each program reads its keys once) + ``T * H * (2L + R) * q_bytes`` (+ the
-partials, written and read once).
+partials, written and read once; a fold's rank 1 state, ``T * H * (L * q_bytes + 4)``, likewise).
 """
 
 from __future__ import annotations
