@@ -1531,23 +1531,12 @@ def test_gluon_mla_fold_graph_and_compile_cuda(gluon_mla, monkeypatch) -> None:
     """The narrow kernel's pairs of CTAs captured once under sync-debug "error" and replayed on
     new lengths (the pair compiled into the binary, so the graph launches it as pairs); the public
     op under torch.compile(fullgraph=True) gives the eager bits."""
-    from torch._inductor.utils import fresh_inductor_cache
-
     fold_wherever(monkeypatch)
 
     def ran() -> None:
         assert gluon_mla and gluon_mla[-1].get("fold"), gluon_mla
 
-    static = check_graph_replays(replace(_BASE, block_size=64), ran)
-
-    def public(ql, qr, kv, bt, sl, qsl):
-        return torch_paged_attn.mla_decode(ql, qr, kv, bt, sl, qsl, scale=static.scale)
-
-    eager = public(*static.args())
-    torch._dynamo.reset()
-    with fresh_inductor_cache():
-        compiled = torch.compile(public, fullgraph=True)(*static.args())
-    assert torch.equal(eager[0], compiled[0]) and torch.equal(eager[1], compiled[1])
+    compiled_gives_eager_bits(check_graph_replays(replace(_BASE, block_size=64), ran))
     assert any(paired_binaries())
 
 
@@ -1558,23 +1547,27 @@ def test_gluon_mla_graph_and_compile_cuda(sms: str, heads: int, gluon_mla, monke
     """Captured once under sync-debug "error" and replayed on new lengths, unsplit and split (the
     workspace allocated in the graph); the public op under torch.compile(fullgraph=True) gives
     the eager bits."""
-    from torch._inductor.utils import fresh_inductor_cache
-
     if sms == "one_sm":
         one_sm(monkeypatch)
 
     def ran() -> None:
         assert gluon_mla, "the Gluon MLA kernel did not run"
 
-    static = check_graph_replays(replace(_BASE, num_heads=heads), ran)
+    compiled_gives_eager_bits(check_graph_replays(replace(_BASE, num_heads=heads), ran))
+
+
+def compiled_gives_eager_bits(static: MlaBatch) -> None:
+    """The public op on ``static``'s tensors under torch.compile(fullgraph=True) gives the bits of
+    its eager call."""
+    from torch._inductor.utils import fresh_inductor_cache
 
     def public(ql, qr, kv, bt, sl, qsl):
         return torch_paged_attn.mla_decode(ql, qr, kv, bt, sl, qsl, scale=static.scale)
 
     eager = public(*static.args())
-    # compiled afresh: both variants compile this closure on equal inputs, and Dynamo's cache (on
-    # the code object, guarded on the inputs) would serve the second the first one's plan, made
-    # under the other SM count (only the op's body reads it)
+    # compiled afresh: the variants of a test compile this closure on equal inputs, and Dynamo's
+    # cache (on the code object, guarded on the inputs) would serve the second the first one's
+    # plan, made under another SM count or rule (only the op's body reads them)
     torch._dynamo.reset()
     with fresh_inductor_cache():
         compiled = torch.compile(public, fullgraph=True)(*static.args())
