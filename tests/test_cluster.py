@@ -102,3 +102,15 @@ def test_install_alone(monkeypatch) -> None:
     stages = {"llir": lambda src, metadata: src}  # no PTX stage (another backend): nothing wrapped
     hook("backend", stages, None, None, None)
     assert set(stages) == {"llir"}
+
+
+def test_install_without_the_hook(monkeypatch) -> None:
+    """A Triton whose knobs have no stage hook: nothing installed, nothing raised."""
+    from triton import knobs
+
+    class Runtime:
+        pass
+
+    monkeypatch.setattr(knobs, "runtime", Runtime())
+    _cluster.install()
+    assert not hasattr(knobs.runtime, "add_stages_inspection_hook")

@@ -70,10 +70,14 @@ def _hook(previous):
 def install() -> None:
     """Triton's compile stage hook (``knobs.runtime.add_stages_inspection_hook``) with ``rewrite``
     after the PTX stage, after whatever hook was set before (kept and called first); once. Triton
-    3.6 calls it with the stages only; later ones also without arguments, for their cache keys."""
-    from triton import knobs
+    3.6 calls it with the stages only; later ones also without arguments, for their cache keys.
+    A Triton without the hook keeps its binaries unpaired (the fold then runs on one CTA)."""
+    try:
+        from triton import knobs
 
-    current = knobs.runtime.add_stages_inspection_hook
+        current = knobs.runtime.add_stages_inspection_hook
+    except (ImportError, AttributeError):
+        return
     if not getattr(current, "tpa_cluster_pair", False):
         knobs.runtime.add_stages_inspection_hook = _hook(current)
 
