@@ -18,7 +18,7 @@ Before anything reaches the other CTA, both CTAs pass ``cluster_sync`` after the
 before it exits.
 
 The marker names the rewrite's version: it is part of the kernel's source, so Triton's cache key
-changes with it (the key does not cover stage hooks).
+changes with it (Triton 3.6's key does not cover stage hooks; later ones ask the hook for a part).
 """
 
 from __future__ import annotations
