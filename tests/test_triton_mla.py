@@ -1012,6 +1012,32 @@ def test_gluon_mla_combine_blocking(monkeypatch) -> None:
     assert got == (1, 128, 1) and block_h == 1
 
 
+def test_gluon_mla_fold_launch(monkeypatch) -> None:
+    """The narrow kernel's fold launches two CTAs a query block with ``FOLD`` (2 tokens x 16
+    heads, 4 sequences: 4 + 4 + 1 blocks), and its launcher refuses what the fold cannot run: an
+    fp8 cache, splits, no LSE, mla_sm90_pair's programs (no launch, any machine)."""
+    from torch_paged_attn.lowering.triton import _sm90, mla_sm90
+
+    if _sm90.gl is None:
+        pytest.skip("this Triton has no Gluon")
+    made = []
+    monkeypatch.setattr(mla_sm90, "launcher", lambda kernel, grid, **c: made.append((kernel, grid, c)))
+    ql, qr = torch.empty(8, 16, 512, dtype=BF16), torch.empty(8, 16, 64, dtype=BF16)
+    table = torch.zeros(4, 4, dtype=torch.int32)
+    lens, qsl = torch.full((4,), 100, dtype=torch.int32), torch.arange(0, 9, 2, dtype=torch.int32)
+
+    def plan(cache=torch.empty(8, 64, 576, dtype=BF16), splits=1, has_lse=True, pair=False):
+        mla_sm90._launcher(ql, qr, cache, table, lens, qsl, (0, 0, 0), (0, 0, 0), splits, 1.0, has_lse, 0.1, True,
+                           tpa._NO_SPLIT, 2, pair=pair, fold=True)
+        return made[-1]
+
+    kernel, grid, c = plan()
+    assert kernel.__name__ == "_mla_narrow_kernel" and grid == (2 * 9, 1, 1) and c["FOLD"] and c["ROWS"] == 32
+    for bad in ({"cache": torch.empty(8, 64, 576, dtype=E4M3)}, {"splits": 2}, {"has_lse": False}, {"pair": True}):
+        with pytest.raises(ValueError, match="fold"):
+            plan(**bad)
+
+
 def _wide_plan(monkeypatch, tokens: int, heads: int, cache: torch.Tensor, splits: int = 1) -> tuple:
     """The wide kernel's planned launch (no launch, any machine): ``(grid, constants)`` of
     ``mla_sm90._launcher`` for ``tokens`` one-token sequences of ``heads`` heads, latent 512 + rope

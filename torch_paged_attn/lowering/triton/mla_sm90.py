@@ -810,9 +810,10 @@ def _launcher(q_latent: Tensor, q_rope: Tensor, kv_cache: Tensor, block_table: T
 
         grid = (narrow.grid_blocks(num_tokens, num_seqs, block_q, fold), 1, num_splits)
         fp8 = kv_cache.dtype in _FP8
-        if fold and (pair or num_splits != 1 or not has_lse):
-            raise ValueError("the narrow kernel's fold is unsplit, with an LSE, and not mla_sm90_pair's")
-        if mla.SM90_FP8 and mla_sm90_fp8.declines(q_latent, kv_cache, block_q) is None and not fold:
+        if fold and (pair or fp8 or num_splits != 1 or not has_lse):
+            raise ValueError("the narrow kernel's fold is unsplit, with an LSE, over a bf16/fp16 cache, and not "
+                             "mla_sm90_pair's")
+        if mla.SM90_FP8 and mla_sm90_fp8.declines(q_latent, kv_cache, block_q) is None:
             kernel, own = mla_sm90_fp8._mla_fp8_kernel, mla_sm90_fp8.constants(num_heads, block_q, pdl)
         elif pair:
             reason = mla_sm90_pair.declines(q_latent, q_rope, kv_cache, block_q)

@@ -343,7 +343,8 @@ if gluon is not None:
                        other=float("-inf"))
         cols = gl.expand_dims(tok_c * stride_o_tok + (r_c % HEADS) * stride_o_head, 0)
         ok = gl.expand_dims(row_ok, 0)
-        # every load issued before any is used: one L2 round trip, not eight
+        # every load issued before any is used (in probe_cluster.py's fold, each chunk's load beside
+        # its use compiled to as many sm_90 instructions: the compiler hoists them either way)
         p0 = _part(0, out_ptr, cols, ok, VCH, acc_layout)
         p1 = _part(1, out_ptr, cols, ok, VCH, acc_layout)
         p2 = _part(2, out_ptr, cols, ok, VCH, acc_layout)
@@ -636,7 +637,7 @@ if gluon is not None:
 
         # -- a fold: rank 1's state to out / lse (log2), then rank 0's arrival; rank 0 merges it --
         if FOLD:
-            if gl.program_id(0) % 2 == 1:
+            if rank == 1:
                 _write(out_ptr, lse_ptr, o0, o1, o2, o3, o4, o5, o6, o7, m_i, l_i, 1.0, r_c, t_c, q_start,
                        q_block_start, q_len, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head, HEADS,
                        BLOCK_Q, ROWS, VCH, False, True, 1.0, WARPS)
@@ -644,7 +645,7 @@ if gluon is not None:
                 thread_barrier()
                 mbarrier.arrive(done.index(0))  # rank 0's barrier (_cluster.rewrite)
                 return
-            if cluster_pair(pid_q) != 0:
+            if paired != 0:
                 mbarrier.wait(done.index(0), 0)
                 cluster_fence(pid_q)
                 m_i, l_i, o0, o1, o2, o3, o4, o5, o6, o7 = _merge_pair(
@@ -674,9 +675,8 @@ def constants(num_heads: int, block_q: int, pdl: bool, latent: int, fp8: bool, f
     kernel) for ``block_q`` query tokens a program; ``pdl``: launched with programmatic dependent
     launch (``paged_attention.pdl_options``: the kernel's first instruction waits for the kernels
     ahead of it, and it signals after its key loop); ``fp8``: an fp8 cache; ``fold``: a pair of
-    CTAs a query block (bf16/fp16 caches; the grid of ``grid_blocks(..., fold=True)``)."""
-    if fold and fp8:
-        raise ValueError("the narrow kernel's fold takes bf16/fp16 caches")
+    CTAs a query block (bf16/fp16 caches, checked by ``mla_sm90._launcher``; the grid of
+    ``grid_blocks(..., fold=True)``)."""
     n = rows(num_heads, block_q)
     return dict(HEADS=num_heads, BLOCK_Q=block_q, ROWS=n, WARPS=num_warps(n), STAGES=stages(n, latent, fp8),
                 FOLD=fold, num_warps=num_warps(n), **pdl_options(pdl))
