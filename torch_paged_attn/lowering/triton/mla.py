@@ -729,7 +729,7 @@ def _fold(kv_cache: Tensor, heads: int, block_q: int, programs: int, pair: bool,
     of CTAs (the comment above ``SM90_FOLD``), from shapes only (``programs``: its busy query
     blocks)."""
     from . import mla_sm90_narrow
-    from .paged_attention import _num_sms
+    from .paged_attention import _num_sms  # (read when called, as _plan_splits reads it: one SM count)
 
     if not SM90_FOLD or num_splits != 2 or block_q < 1 or pair or kv_cache.dtype in _FP8:
         return False
