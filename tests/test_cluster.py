@@ -114,3 +114,43 @@ def test_install_without_the_hook(monkeypatch) -> None:
     monkeypatch.setattr(knobs, "runtime", Runtime())
     _cluster.install()
     assert not hasattr(knobs.runtime, "add_stages_inspection_hook")
+
+
+# remote_begin / remote_end around the stores of a fold's handover (Triton 3.6's PTX, trimmed)
+_REMOTE = f"""
+\tmov.u32 %r17, 0; // {_cluster.MARK}
+\tmov.u32 %r50, 0; // {_cluster.BEGIN}
+\t.loc\t1 367 23                        // mla_sm90_narrow.py:367:23
+\tmul.f32 \t%f1, %f2, %f3;
+\tst.shared.b32 \t[%r1328+147456], %r1329;
+\t@%p5 st.shared.v2.b32 \t[%r60], {{%r61, %r62}};
+\tmov.u32 %r51, 0; // {_cluster.END}
+\tst.shared.b32 \t[%r70+16], %r71;
+\tmbarrier.arrive.shared::cta.b64 _, [%r23];
+"""
+
+
+def test_rewrite_sends_a_regions_stores_to_the_other_cta() -> None:
+    out = _cluster.rewrite(_PTX + _REMOTE)
+    region = out[out.index(_cluster.BEGIN):out.index(_cluster.END)]
+    # each store of the region at its offset in the other CTA's shared memory, predicate kept
+    assert "st.shared.b32" not in region and "st.shared.v2" not in region
+    assert ("mapa.shared::cluster.u32 tpa_a, %r1328, tpa_r; st.shared::cluster.b32 [tpa_a+147456], %r1329; }"
+            in region)
+    assert "mapa.shared::cluster.u32 tpa_a, %r60, tpa_r; @%p5 st.shared::cluster.v2.b32 [tpa_a], {%r61, %r62}; }" in region
+    assert region.count("xor.b32 tpa_r, tpa_r, 1;") == 2 and "mul.f32 \t%f1, %f2, %f3;" in region
+    # the store after the region stays in this CTA
+    assert "\tst.shared.b32 \t[%r70+16], %r71;" in out[out.index(_cluster.END):]
+
+
+@pytest.mark.parametrize("body", ["no stores", "a load"])
+def test_rewrite_refuses_a_region_it_cannot_send(body: str) -> None:
+    """A region without stores, or with another shared-memory instruction (which would still
+    reach this CTA's memory), is not PTX the rewrite was written for."""
+    if body == "no stores":
+        ptx = _REMOTE.replace("\tst.shared.b32 \t[%r1328+147456], %r1329;\n", "").replace(
+            "\t@%p5 st.shared.v2.b32 \t[%r60], {%r61, %r62};\n", "")
+    else:
+        ptx = _REMOTE.replace("\tmul.f32", "\tld.shared.b32 \t%r9, [%r8];\n\tmul.f32")
+    with pytest.raises(RuntimeError, match="remote region"):
+        _cluster.rewrite(_PTX + ptx)

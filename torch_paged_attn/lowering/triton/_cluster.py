@@ -1,6 +1,6 @@
 """Pairs of CTAs for the Gluon sm_90 kernels: what Triton 3.6's Gluon does not expose (a kernel
-launched as clusters of two CTAs, an mbarrier arrive on the other CTA's barrier), added to the
-kernel's PTX on its way to ptxas.
+launched as clusters of two CTAs, an mbarrier arrive on the other CTA's barrier, a store into the
+other CTA's shared memory), added to the kernel's PTX on its way to ptxas.
 
 A kernel that calls ``cluster_pair`` carries ``MARK`` in its PTX. For such PTX only, ``rewrite``
 (run by the compile stage hook ``install`` sets) makes three edits and raises if one finds nothing:
@@ -13,6 +13,10 @@ A kernel that calls ``cluster_pair`` carries ``MARK`` in its PTX. For such PTX o
 - every plain ``mbarrier.arrive`` (``mbarrier.arrive(bar)`` in Gluon; ``expect`` and the copies'
   completions are other instructions) becomes a release at cluster scope on the barrier at the
   same shared-memory offset in the other CTA of the pair (``mapa``, the other rank).
+Where the kernel marks a region with ``remote_begin`` / ``remote_end``, every shared-memory store
+in it becomes a store at the same offset in the other CTA's shared memory (``st.shared::cluster``
+through ``mapa``); a region with no store or with another shared-memory instruction raises. The
+stores are ordered before a later arrive by a ``cluster_fence`` between them.
 Before anything reaches the other CTA, both CTAs pass ``cluster_sync`` after their barriers' init
 (``fence.mbarrier_init`` then a cluster barrier); a CTA waits for every arrival addressed to it
 before it exits.
@@ -27,10 +31,15 @@ import hashlib
 import re
 
 # in the PTX of a kernel that calls cluster_pair (a comment of its inline assembly)
-MARK = "tpa-cluster-pair-v1"
+MARK = "tpa-cluster-pair-v2"
+BEGIN, END = "tpa-remote-begin", "tpa-remote-end"  # remote_begin / remote_end
 _REQNTID = re.compile(r"(\n\.(?:reqntid|maxntid) [^\n]*\n)")
 _FLAG = re.compile(r"mov\.u32 (%r\d+), 0; // " + re.escape(MARK))
 _ARRIVE = re.compile(r"(@%p\d+ )?mbarrier\.arrive\.shared::cta\.b64 _, \[(%r\d+)\];")
+_REGION = re.compile(r"// " + BEGIN + r"\n(.*?)// " + END + r"\n", re.S)
+_STORE = re.compile(r"(@!?%p\d+ )?st\.shared\.((?:v[248]\.)?[bfsu]\d+)\s+\[(%r\d+)((?:\+-?\d+)?)\], ([^;]*);")
+_PEER = "{ .reg .b32 tpa_r, tpa_a; mov.u32 tpa_r, %%cluster_ctarank; xor.b32 tpa_r, tpa_r, 1; " \
+        "mapa.shared::cluster.u32 tpa_a, %s, tpa_r; "  # tpa_a: %s's offset in the other CTA's shared memory
 
 
 def rewrite(ptx: str) -> str:
@@ -41,15 +50,32 @@ def rewrite(ptx: str) -> str:
     ptx, entries = _REQNTID.subn(r"\1.reqnctapercluster 2, 1, 1\n", ptx, count=1)
     ptx, flags = _FLAG.subn(r"mov.u32 \1, 1; // " + MARK, ptx)
     ptx, arrives = _ARRIVE.subn(
-        lambda m: ("{ .reg .b32 tpa_r, tpa_a; mov.u32 tpa_r, %%cluster_ctarank; xor.b32 tpa_r, tpa_r, 1; "
-                   "mapa.shared::cluster.u32 tpa_a, %s, tpa_r; "
-                   "%smbarrier.arrive.release.cluster.shared::cluster.b64 _, [tpa_a]; }" % (m.group(2), m.group(1) or "")),
+        lambda m: (_PEER % m.group(2)
+                   + "%smbarrier.arrive.release.cluster.shared::cluster.b64 _, [tpa_a]; }" % (m.group(1) or "")),
         ptx)
+    ptx = _REGION.sub(_remote, ptx)
     if not (entries and flags and arrives):
         raise RuntimeError(f"torch_paged_attn: the CTA-pair PTX rewrite found {entries} entry directive(s), "
                            f"{flags} flag(s) and {arrives} mbarrier arrive(s); this Triton's PTX is not the one it "
                            "was written for")
     return ptx
+
+
+def _remote(region: re.Match) -> str:
+    """A ``remote_begin`` / ``remote_end`` region of PTX with each shared-memory store made a store
+    to the other CTA's shared memory at the same offset; raises where the region has none, or
+    other shared-memory instructions (which would still reach this CTA's)."""
+    body, stores = _STORE.subn(
+        lambda m: (_PEER % m.group(3)
+                   + "%sst.shared::cluster.%s [tpa_a%s], %s; }" % (m.group(1) or "", m.group(2), m.group(4), m.group(5))),
+        region.group(1))
+    others = [line.strip() for line in body.splitlines()
+              if ".shared" in line and "shared::cluster" not in line and not line.lstrip().startswith("//")]
+    if not stores or others:
+        raise RuntimeError(f"torch_paged_attn: the CTA-pair PTX rewrite found {stores} shared-memory store(s) "
+                           f"and {len(others)} other shared-memory instruction(s) in a remote region "
+                           f"({others[:2]}); this Triton's PTX is not the one it was written for")
+    return f"// {BEGIN}\n{body}// {END}\n"
 
 
 def _hook(previous):
@@ -90,6 +116,8 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
 
 if gluon is not None:
     _FLAG_ASM = gl.constexpr("mov.u32 $0, 0; // " + MARK)
+    _BEGIN_ASM = gl.constexpr("mov.u32 $0, 0; // " + BEGIN)
+    _END_ASM = gl.constexpr("mov.u32 $0, 0; // " + END)
 
     @gluon.jit
     def cluster_pair(x):
@@ -105,6 +133,17 @@ if gluon is not None:
             "fence.mbarrier_init.release.cluster;\n\tbarrier.cluster.arrive.release.aligned;\n\t"
             "barrier.cluster.wait.acquire.aligned;\n\tmov.u32 $0, 0;",
             "=r,r", [x], dtype=gl.int32, is_pure=False, pack=1)
+
+    @gluon.jit
+    def remote_begin(x):
+        """The shared-memory stores from here to ``remote_end`` go to the other CTA of the pair, at
+        the same offsets (``rewrite``); ``x`` any scalar."""
+        gl.inline_asm_elementwise(_BEGIN_ASM, "=r,r", [x], dtype=gl.int32, is_pure=False, pack=1)
+
+    @gluon.jit
+    def remote_end(x):
+        """The end of ``remote_begin``'s stores; ``x`` any scalar."""
+        gl.inline_asm_elementwise(_END_ASM, "=r,r", [x], dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
     def cluster_fence(x):

@@ -198,7 +198,7 @@ SM90_NARROW = True
 SM90_FP8 = True
 # Narrow-kernel calls over bf16/fp16 caches that the default plan splits exactly two ways run as
 # pairs of CTAs instead (``mla_sm90_narrow``'s fold, ``_cluster``): rank 0 a query block's first
-# half of the keys, rank 1 the rest, rank 1's state handed to rank 0 through out / lse and a
+# half of the keys, rank 1 the rest, rank 1's state stored into rank 0's shared memory before a
 # remote mbarrier arrive, rank 0 merging it; no partials, no combine kernel. With 32 rows a
 # program only where the pairs cover at least _FOLD_MIN_COVER of the SMs. H100, 2026-11-28,
 # CUDA-graph replays, us, three rounds, split with the combine kernel / fold
@@ -206,7 +206,8 @@ SM90_FP8 = True
 # 4096 116.2-117.9 / 115.0-115.3, B64 x 8192 217.1-217.6 / 213.7-213.9, B60 x 4096 110.4-110.8 /
 # 108.8-109.3, but B56 103.8-105.1 / 104.9-107.1 and B48 100.9-101.1 / 106.1-106.2; 1 token
 # (16 rows) B64 x 4096 110.1-110.5 / 110.0-110.2, B60 106.2-106.7 / 105.5-105.7, B56 100.3-101.0 /
-# 99.8-99.9, B48 86.8-87.1 / 85.7-86.0.
+# 99.8-99.9, B48 86.8-87.1 / 85.7-86.0. (Those folds handed rank 1's state over through out / lse;
+# the shared-memory handover measured 0.2-0.4 us faster at B64 x 4096: gpu-2026-11-28c, call 10.)
 SM90_FOLD = True
 _FOLD_MIN_COVER = 0.9
 # Narrow-kernel calls of 17-32 query rows a program over bf16/fp16 caches (speculative tokens at

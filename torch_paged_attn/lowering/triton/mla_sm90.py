@@ -889,7 +889,9 @@ def prepare(*, scale: float, causal: bool, split_tokens: int, call: tuple, works
 
     scale, causal = float(scale), bool(causal)
     q_latent, q_rope, kv_cache, block_table, seq_lens, query_start_loc, out, lse = call
-    fold_lse = fold and lse is None  # (the fold's rank 1 leaves its LSE there for rank 0)
+    # the fold's binaries are compiled and tested with an LSE (rank 1 once handed its own over
+    # through it; it now goes through shared memory, so a call without one could drop this)
+    fold_lse = fold and lse is None
     if fold_lse:
         lse = torch.empty(out.shape[:2], dtype=torch.float32, device="meta")
     if workspace is None:

@@ -48,12 +48,15 @@ tokens B64 x 4096 H16 (0.8 % faster there; H100, benchmarks/RESULTS.md, eleventh
 Fold (``FOLD``, bf16/fp16 caches, unsplit, with an LSE; ``mla._fold`` plans it where the default
 plan splits two ways): two CTAs a query block, launched as a pair (``_cluster``: CTA ``2k + r``
 is rank r of block k). Rank 0 takes the first ``ceil(n / 2)`` of the block's n tiles, rank 1
-the rest; rank 1 writes its normalised output and log2 LSE into ``out`` / ``lse`` (its rows
-only, after both CTAs have read their queries: ``out`` may be the queries), then arrives on rank
-0's barrier (a release at cluster scope, ``fence.acq_rel.cluster`` before it); rank 0 waits,
-reads them back (L2) and merges them into its own state before its epilogue. No partials, no
-combine kernel: 2 tokens B64 x 4096 H16 113.7-114.7 us against 115.8-116.3 for FlashInfer in
-the same runs (H100, 2026-11-28, benchmarks/RESULTS.md, twenty-second run). A binary the rewrite
+the rest; rank 1 stores its normalised O^T (in ``out``'s dtype) and log2 LSE into rank 0's
+handover buffers (distributed shared memory: ``_cluster.remote_begin`` / ``remote_end`` around
+the stores; both CTAs passed ``cluster_sync`` first), then arrives on rank 0's barrier (a
+release at cluster scope, ``fence.acq_rel.cluster`` before it); rank 0 waits, loads them from
+its own shared memory and merges them into its own state before its epilogue. No partials, no
+combine kernel, nothing of rank 1's through global memory. H100, 2026-11-28, CUDA-graph
+replays, 2 tokens B64 x 4096 H16: 113.4 us against 115.9 for FlashInfer
+(benchmarks/RESULTS.md, twenty-third run); the handover through ``out`` / ``lse`` (L2) it
+replaced 114.5-114.6 against this 114.2 in one process (probe_dsmem.py). A binary the rewrite
 did not reach (``_cluster.cluster_pair`` 0) runs every tile on rank 0 and returns rank 1 at once.
 
 Buffers: each 64-column chunk of the stages, of the fp16 operand tile and of Q is its own
@@ -76,11 +79,12 @@ Layouts: q_latent/out ``[T, H, L]``, q_rope ``[T, H, R]`` (last stride 1), kv_ca
 R]`` (any ``_sm90.row_layout`` view); partials ``[T, S, H, L]`` in the query's dtype
 (``mla._NARROW_PARTIALS_IN_QUERY_DTYPE``) and ``[T, S, H]`` float32. Shared
 memory: ``2 x 64 x (L + R) x 2`` (stages) + ``ROWS x (L + R) x 2`` (Q) + ``64 x ROWS x 2`` (P)
-bytes: 164 KiB at 576 columns and 16 rows, one program an SM; fp8: ``STAGES x 64 x (L + R)`` + the
+bytes: 164 KiB at 576 columns and 16 rows, one program an SM (a fold adds its handover buffers,
+``L x (ROWS + 8) x 2`` + ``ROWS x 4``: 225 KiB in all at 32 rows); fp8: ``STAGES x 64 x (L + R)`` + the
 fp16 tile ``64 x (L + R) x 2`` + Q + P (220 KiB at 32 rows, three stages); below latent 512 each
 unused chunk buffer is a 1 KiB stand-in (``mla_sm90._ring``). Bytes moved: ``sum_b kv_b * (L +
 R) * cache_bytes`` (each program reads its keys once) + ``T * H * (2L + R) * q_bytes`` (+ the
-partials, written and read once; a fold's rank 1 state, ``T * H * (L * q_bytes + 4)``, likewise).
+partials, written and read once).
 """
 
 from __future__ import annotations
@@ -98,7 +102,7 @@ try:  # Gluon ships with Triton >= 3.5
         fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_wait,
     )
 
-    from ._cluster import cluster_fence, cluster_pair, cluster_sync, install
+    from ._cluster import cluster_fence, cluster_pair, cluster_sync, install, remote_begin, remote_end
     from ._sm90 import thread_barrier, tma_load
     from .mla_sm90 import (
         _block_id, _block_row, _finite, _page_row, _rings9, _signal_dependents, _token_sequence, _wait_prerequisites,
@@ -318,13 +322,6 @@ if gluon is not None:
             gl.store(lse_ptr + tok_c * stride_lse_tok + (r_c % HEADS) * stride_lse_head, lse, mask=row_ok)
 
     @gluon.jit
-    def _part(c: gl.constexpr, out_ptr, cols, ok, VCH: gl.constexpr, acc_layout: gl.constexpr):
-        """Latent chunk ``c`` of a fold's rank 1 normalised O^T, read from ``out`` in the
-        accumulator's layout (``cols``: the rows' offsets; a chunk past the latent repeats one)."""
-        i = gl.arange(0, _TILE, layout=gl.SliceLayout(1, acc_layout)) + (c % VCH) * 64
-        return gl.load(out_ptr + cols + gl.expand_dims(i, 1), mask=ok, other=0.0)
-
-    @gluon.jit
     def _fold(o, c: gl.constexpr, a, w, part, VCH: gl.constexpr):
         """Latent chunk ``c`` of rank 0's O^T scaled by ``a``, plus rank 1's ``part`` times ``w``."""
         if c < VCH:
@@ -332,27 +329,20 @@ if gluon is not None:
         return o
 
     @gluon.jit
-    def _merge_pair(out_ptr, lse_ptr, m_i, l_i, o0, o1, o2, o3, o4, o5, o6, o7, r_c, t_c, q_start, q_block_start,
-                    q_len, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head, HEADS: gl.constexpr,
-                    BLOCK_Q: gl.constexpr, VCH: gl.constexpr, acc_layout: gl.constexpr):
-        """A fold's rank 0 state ``(m, l, O^T)`` merged with rank 1's, which ``out`` (normalised O)
-        and ``lse`` (log2) hold for the block's rows: ``(m, l, O^T)`` of both halves' keys."""
-        row_ok = (t_c < BLOCK_Q) & (q_block_start + t_c < q_len)
-        tok_c = (q_start + q_block_start + t_c).to(gl.int64)
-        lse1 = gl.load(lse_ptr + tok_c * stride_lse_tok + (r_c % HEADS) * stride_lse_head, mask=row_ok,
-                       other=float("-inf"))
-        cols = gl.expand_dims(tok_c * stride_o_tok + (r_c % HEADS) * stride_o_head, 0)
-        ok = gl.expand_dims(row_ok, 0)
-        # every load issued before any is used (in probe_cluster.py's fold, each chunk's load beside
-        # its use compiled to as many sm_90 instructions: the compiler hoists them either way)
-        p0 = _part(0, out_ptr, cols, ok, VCH, acc_layout)
-        p1 = _part(1, out_ptr, cols, ok, VCH, acc_layout)
-        p2 = _part(2, out_ptr, cols, ok, VCH, acc_layout)
-        p3 = _part(3, out_ptr, cols, ok, VCH, acc_layout)
-        p4 = _part(4, out_ptr, cols, ok, VCH, acc_layout)
-        p5 = _part(5, out_ptr, cols, ok, VCH, acc_layout)
-        p6 = _part(6, out_ptr, cols, ok, VCH, acc_layout)
-        p7 = _part(7, out_ptr, cols, ok, VCH, acc_layout)
+    def _merge_pair(hand, hand_lse, m_i, l_i, o0, o1, o2, o3, o4, o5, o6, o7, VCH: gl.constexpr,
+                    acc_layout: gl.constexpr, col_layout: gl.constexpr):
+        """A fold's rank 0 state ``(m, l, O^T)`` merged with rank 1's, which its handover buffers
+        hold (``hand``: normalised O^T a latent chunk; ``hand_lse``: log2 LSE a row): ``(m, l,
+        O^T)`` of both halves' keys."""
+        lse1 = hand_lse.load(col_layout)
+        p0 = _take(hand, 0, VCH, acc_layout)
+        p1 = _take(hand, 1, VCH, acc_layout)
+        p2 = _take(hand, 2, VCH, acc_layout)
+        p3 = _take(hand, 3, VCH, acc_layout)
+        p4 = _take(hand, 4, VCH, acc_layout)
+        p5 = _take(hand, 5, VCH, acc_layout)
+        p6 = _take(hand, 6, VCH, acc_layout)
+        p7 = _take(hand, 7, VCH, acc_layout)
         m_new = gl.maximum(m_i, lse1)
         m_ref = _finite(m_new)
         a = gl.exp2(m_i - m_ref)
@@ -363,6 +353,28 @@ if gluon is not None:
         return (m_new, l_new, _fold(o0, 0, a, w, p0, VCH), _fold(o1, 1, a, w, p1, VCH), _fold(o2, 2, a, w, p2, VCH),
                 _fold(o3, 3, a, w, p3, VCH), _fold(o4, 4, a, w, p4, VCH), _fold(o5, 5, a, w, p5, VCH),
                 _fold(o6, 6, a, w, p6, VCH), _fold(o7, 7, a, w, p7, VCH))
+
+    @gluon.jit
+    def _hand(c: gl.constexpr, VCH: gl.constexpr, ROWS: gl.constexpr, dtype: gl.constexpr):
+        """A fold's handover buffer for latent chunk ``c`` of rank 1's normalised O^T: [64, ROWS],
+        each row padded by 8 elements (16 bytes), so that the accumulator's layout stores and loads
+        it without bank conflicts (8 rows x 4 words a warp's access, rows 20 or 12 words apart at
+        32 or 16 rows); [8, ROWS] stand-ins past the latent."""
+        R: gl.constexpr = _TILE if c < VCH else 8
+        layout: gl.constexpr = gl.PaddedSharedLayout.with_identity_for([[ROWS, 8]], [R, ROWS], [1, 0])
+        return gl.allocate_shared_memory(dtype, [R, ROWS], layout)
+
+    @gluon.jit
+    def _put(buf, o, c: gl.constexpr, inv_l, VCH: gl.constexpr, dtype: gl.constexpr):
+        """Latent chunk ``c`` of O^T over l, in ``dtype``, into its handover buffer ``buf``."""
+        if c < VCH:
+            buf.store((o * inv_l).to(dtype))
+
+    @gluon.jit
+    def _take(bufs, c: gl.constexpr, VCH: gl.constexpr, acc_layout: gl.constexpr):
+        """Latent chunk ``c`` of rank 1's normalised O^T from its handover buffer in ``bufs`` (a
+        chunk past the latent repeats one)."""
+        return bufs[c % VCH].load(acc_layout)
 
     @gluon.jit
     def _program(pid_q, split, block_table_ptr, seq_lens_ptr, query_start_loc_ptr, num_tokens, num_seqs, max_blocks,
@@ -532,7 +544,12 @@ if gluon is not None:
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(STAGES):
             mbarrier.init(ready.index(i), count=1)
-        if FOLD:  # rank 1's arrival: its state is in out and lse
+        if FOLD:  # rank 1's state, stored into rank 0's buffers, and its arrival
+            odt: gl.constexpr = out_ptr.dtype.element_ty
+            hand = (_hand(0, VCH, ROWS, odt), _hand(1, VCH, ROWS, odt), _hand(2, VCH, ROWS, odt),
+                    _hand(3, VCH, ROWS, odt), _hand(4, VCH, ROWS, odt), _hand(5, VCH, ROWS, odt),
+                    _hand(6, VCH, ROWS, odt), _hand(7, VCH, ROWS, odt))
+            hand_lse = gl.allocate_shared_memory(gl.float32, [ROWS], gl.SwizzledSharedLayout(1, 1, 1, [0]))
             done = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
             mbarrier.init(done.index(0), count=1)
         fence_async_shared()
@@ -563,7 +580,7 @@ if gluon is not None:
             qs[c].index(0).store(q)
         fence_async_shared()
         thread_barrier()
-        if FOLD:  # (after the queries' loads: rank 1 writes its state where out may be the queries)
+        if FOLD:  # both CTAs started, the barrier's init visible to rank 1, before it writes rank 0's memory
             cluster_sync(pid_q)
 
         # -- the query rows as the products' columns --
@@ -635,12 +652,24 @@ if gluon is not None:
         if USE_PDL:  # the key loop is done: the kernel after it (a split call's combine) may launch
             _signal_dependents()
 
-        # -- a fold: rank 1's state to out / lse (log2), then rank 0's arrival; rank 0 merges it --
+        # -- a fold: rank 1's state into rank 0's handover buffers (distributed shared memory), then
+        # its arrival on rank 0's barrier; rank 0 merges it --
         if FOLD:
             if rank == 1:
-                _write(out_ptr, lse_ptr, o0, o1, o2, o3, o4, o5, o6, o7, m_i, l_i, 1.0, r_c, t_c, q_start,
-                       q_block_start, q_len, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head, HEADS,
-                       BLOCK_Q, ROWS, VCH, False, True, 1.0, WARPS)
+                has_keys = l_i != 0.0
+                inv_l = gl.expand_dims(gl.where(has_keys, 1.0 / gl.where(has_keys, l_i, 1.0), 0.0), 0)
+                lse1 = gl.where(has_keys, m_i + gl.log2(gl.where(has_keys, l_i, 1.0)), float("-inf"))
+                remote_begin(pid_q)  # (_cluster.rewrite: the shared-memory stores up to remote_end go to rank 0)
+                _put(hand[0], o0, 0, inv_l, VCH, odt)
+                _put(hand[1], o1, 1, inv_l, VCH, odt)
+                _put(hand[2], o2, 2, inv_l, VCH, odt)
+                _put(hand[3], o3, 3, inv_l, VCH, odt)
+                _put(hand[4], o4, 4, inv_l, VCH, odt)
+                _put(hand[5], o5, 5, inv_l, VCH, odt)
+                _put(hand[6], o6, 6, inv_l, VCH, odt)
+                _put(hand[7], o7, 7, inv_l, VCH, odt)
+                hand_lse.store(lse1)
+                remote_end(pid_q)
                 cluster_fence(pid_q)
                 thread_barrier()
                 mbarrier.arrive(done.index(0))  # rank 0's barrier (_cluster.rewrite)
@@ -649,10 +678,7 @@ if gluon is not None:
                 mbarrier.wait(done.index(0), 0)
                 cluster_fence(pid_q)
                 m_i, l_i, o0, o1, o2, o3, o4, o5, o6, o7 = _merge_pair(
-                    out_ptr, lse_ptr, m_i, l_i, o0, o1, o2, o3, o4, o5, o6, o7, r_c, t_c, q_start, q_block_start,
-                    q_len, stride_o_tok, stride_o_head, stride_lse_tok, stride_lse_head, HEADS, BLOCK_Q, VCH,
-                    acc_layout)
-                thread_barrier()  # every thread has read rank 1's rows before any is overwritten
+                    hand, hand_lse, m_i, l_i, o0, o1, o2, o3, o4, o5, o6, o7, VCH, acc_layout, col_layout)
 
         # -- epilogue: O / l and lse = (m + log2 l) * LSE_UNIT, row r to (token, head) --
         if IS_FP8:
