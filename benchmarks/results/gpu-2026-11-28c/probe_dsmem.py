@@ -1,0 +1,25 @@
+"""The fold's handover through distributed shared memory (the working tree's mla_sm90_narrow: rank
+1 stores its normalised O^T and log2 LSE into rank 0's shared memory, ``_cluster.remote_begin``)
+against main e00295d's kernel (through ``out`` / ``lse`` in global memory; its source in
+``narrow_e00295d.py`` beside this file), alternated round by round in one process
+(``mla_probe.compare``: CUDA-graph replays, p50 us, outputs checked against a float32
+gather-einsum). ``PROBE_SHAPES`` / ``PROBE_ROUNDS`` as there."""
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", ".."))
+import mla_probe as P  # noqa: E402
+
+from torch_paged_attn.lowering.triton import mla_sm90_narrow as narrow  # noqa: E402
+
+
+def describe(plan: dict) -> str:
+    return f"splits {P.splits(plan)} fold {plan.get('fold')} block_q {plan.get('block_q')}"
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PROBE_SHAPES", "mtp2_B64_ctx4096_H16,B64_ctx4096_H16,mtp2_B32_ctx8192_H16")
+    main = P.module_from_file("mla_sm90_narrow", os.path.join(HERE, "narrow_e00295d.py"))
+    P.compare(P.narrow_shapes(), {"main": P.swap("mla_sm90_narrow", main), "dsmem": P.swap("mla_sm90_narrow", narrow)},
+              3, describe)
